@@ -1,0 +1,93 @@
+"""Device façade and backend plugin system of trinity-rft.
+
+Everything the framework asks about devices goes through the functions
+exported here; none of it names a device. Backends implement the hooks in
+:mod:`trinity.device.spec` and register under the ``trinity.backends``
+entry-point group. Importing this package does not import torch.
+"""
+
+from trinity.device.errors import (
+    BackendLoadError,
+    BackendUnavailableError,
+    ConflictingChoiceError,
+    DeviceError,
+    InvalidDeviceRequestError,
+    UnknownBackendError,
+)
+from trinity.device.facade import (
+    current_backend,
+    current_selection,
+    doctor,
+    empty_cache,
+    get_backend_record,
+    get_collective_backend,
+    get_device_id,
+    get_device_name,
+    get_device_type,
+    get_process_group_backend,
+    get_ray_resource_key,
+    get_torch_device,
+    is_cpu,
+    is_cuda,
+    is_npu,
+    list_backends,
+    manual_seed,
+    memory_stats,
+    process_group_backend_for,
+    reset,
+    select_backend,
+    set_device,
+    supports_torch_compile,
+    synchronize,
+    torch_compile_support,
+    torch_device,
+    visible_devices_env,
+    worker_env,
+)
+from trinity.device.spec import ENTRY_POINT_GROUP, SPEC_VERSION, hookimpl
+from trinity.device.types import BackendInfo, CompileSupport, DoctorCheck, MemoryStats, ProbeResult
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "SPEC_VERSION",
+    "BackendInfo",
+    "BackendLoadError",
+    "BackendUnavailableError",
+    "CompileSupport",
+    "ConflictingChoiceError",
+    "DeviceError",
+    "DoctorCheck",
+    "InvalidDeviceRequestError",
+    "MemoryStats",
+    "ProbeResult",
+    "UnknownBackendError",
+    "current_backend",
+    "current_selection",
+    "doctor",
+    "empty_cache",
+    "get_backend_record",
+    "get_collective_backend",
+    "get_device_id",
+    "get_device_name",
+    "get_device_type",
+    "get_process_group_backend",
+    "get_ray_resource_key",
+    "get_torch_device",
+    "hookimpl",
+    "is_cpu",
+    "is_cuda",
+    "is_npu",
+    "list_backends",
+    "manual_seed",
+    "memory_stats",
+    "process_group_backend_for",
+    "reset",
+    "select_backend",
+    "set_device",
+    "supports_torch_compile",
+    "synchronize",
+    "torch_compile_support",
+    "torch_device",
+    "visible_devices_env",
+    "worker_env",
+]

@@ -1,0 +1,1 @@
+"""Backends that ship inside trinity-rft itself (only the CPU one)."""

@@ -1,0 +1,134 @@
+"""Built-in answers for every optional hook, written against torch's device-agnostic API.
+
+One ``DefaultHooks`` instance is registered (``trylast``) beside each backend,
+bound to that backend's ``BackendInfo``; a backend overrides only what differs.
+torch is imported on first use, never at load time.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+from collections.abc import Mapping, Sequence
+from types import ModuleType
+
+from trinity.device.spec import hookimpl
+from trinity.device.types import BackendInfo, CompileSupport, DoctorCheck, MemoryStats
+
+
+def forwarded_env(
+    info: BackendInfo, environ: Mapping[str, str], self_managed_devices: bool
+) -> dict[str, str]:
+    """Return the variables of ``environ`` a worker of ``info``'s backend must inherit.
+
+    Variables matching ``info.worker_env_prefixes`` are copied, except the
+    visible-devices variable (Ray sets it per worker). When the worker manages
+    its devices itself, Ray is told not to set that variable.
+    """
+    env = {
+        key: value
+        for key, value in environ.items()
+        if key.startswith(info.worker_env_prefixes) and key != info.visible_devices_env
+    }
+    if self_managed_devices and info.visible_devices_env:
+        env[f"RAY_EXPERIMENTAL_NOSET_{info.visible_devices_env}"] = "1"
+    return env
+
+
+class DefaultHooks:
+    """Default implementations for one backend, using ``torch.get_device_module``."""
+
+    def __init__(self, info: BackendInfo) -> None:
+        self._info = info
+        self._module: ModuleType | None = None
+
+    def _device_module(self) -> ModuleType:
+        if self._module is None:
+            import torch
+
+            self._module = torch.get_device_module(self._info.device_type)
+        return self._module
+
+    @hookimpl(trylast=True)
+    def trinity_torch_compile_support(self) -> CompileSupport:
+        return CompileSupport(supported=True)
+
+    @hookimpl(trylast=True)
+    def trinity_device_module(self) -> ModuleType:
+        return self._device_module()
+
+    @hookimpl(trylast=True)
+    def trinity_set_device(self, local_rank: int) -> None:
+        self._device_module().set_device(local_rank)
+
+    @hookimpl(trylast=True)
+    def trinity_current_device_index(self) -> int:
+        return int(self._device_module().current_device())
+
+    @hookimpl(trylast=True)
+    def trinity_synchronize(self) -> None:
+        self._device_module().synchronize()
+
+    @hookimpl(trylast=True)
+    def trinity_empty_cache(self) -> None:
+        empty_cache = getattr(self._device_module(), "empty_cache", None)
+        if empty_cache is not None:
+            empty_cache()
+
+    @hookimpl(trylast=True)
+    def trinity_memory_stats(self) -> MemoryStats:
+        module = self._device_module()
+
+        def read(name: str) -> int:
+            fn = getattr(module, name, None)
+            return int(fn()) if fn is not None else 0
+
+        free, total = 0, 0
+        mem_get_info = getattr(module, "mem_get_info", None)
+        if mem_get_info is not None:
+            free, total = (int(x) for x in mem_get_info())
+        return MemoryStats(
+            allocated=read("memory_allocated"), reserved=read("memory_reserved"), total=total, free=free
+        )
+
+    @hookimpl(trylast=True)
+    def trinity_manual_seed(self, seed: int) -> None:
+        import torch
+
+        torch.manual_seed(seed)
+        seed_all = getattr(self._device_module(), "manual_seed_all", None)
+        if seed_all is not None:
+            seed_all(seed)
+
+    @hookimpl(trylast=True)
+    def trinity_visible_devices_env(self, device_ids: Sequence[int]) -> dict[str, str]:
+        if not self._info.visible_devices_env:
+            return {}
+        return {self._info.visible_devices_env: ",".join(str(int(i)) for i in device_ids)}
+
+    @hookimpl(trylast=True)
+    def trinity_worker_env(self, self_managed_devices: bool) -> dict[str, str]:
+        return forwarded_env(self._info, os.environ, self_managed_devices)
+
+    @hookimpl(trylast=True)
+    def trinity_doctor(self) -> list[DoctorCheck]:
+        return [torch_install_check()]
+
+
+def torch_install_check() -> DoctorCheck:
+    """Report the installed torch version without importing torch."""
+    if importlib.util.find_spec("torch") is None:
+        return DoctorCheck(
+            "torch", "fail", "torch is not installed", fix="install the torch build for your device (pip install torch)"
+        )
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        torch_version = version("torch")
+    except PackageNotFoundError:
+        torch_version = "unknown"
+    return DoctorCheck("torch", "ok", f"torch {torch_version} installed", facts={"torch": torch_version})
+
+
+__all__ = ["DefaultHooks", "forwarded_env", "torch_install_check"]

@@ -1,0 +1,31 @@
+"""Exceptions of the device layer.
+
+Every message says what is wrong, where, and how to fix it; the CLI prints it as
+one line and exits non-zero, so the text is part of the API.
+"""
+
+from __future__ import annotations
+
+
+class DeviceError(Exception):
+    """Base of every error the device layer raises on bad input or bad plugins."""
+
+
+class UnknownBackendError(DeviceError):
+    """A backend was asked for by a name no installed distribution provides."""
+
+
+class BackendUnavailableError(DeviceError):
+    """A backend was asked for explicitly but cannot run here (probe said no)."""
+
+
+class BackendLoadError(DeviceError):
+    """A backend was asked for explicitly but failed to import or validate."""
+
+
+class ConflictingChoiceError(DeviceError):
+    """Two explicit device choices (argument/config and environment) disagree."""
+
+
+class InvalidDeviceRequestError(DeviceError):
+    """A device request is malformed (e.g. a negative local rank, a bad timeout)."""

@@ -1,0 +1,219 @@
+"""Discovery and validation of backends published under ``trinity.backends``.
+
+Each entry point is loaded and validated on its own: a backend that fails to
+import, breaks the spec or clashes with another is recorded with its error and
+skipped, and never takes the others down. The built-in CPU backend is always
+present and cannot be shadowed.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from importlib.metadata import EntryPoint, entry_points
+from typing import Literal
+
+import pluggy
+
+from trinity.device import spec
+from trinity.device.backend import Backend
+from trinity.device.defaults import DefaultHooks
+from trinity.device.types import BackendInfo
+
+BUILTIN_DISTRIBUTION = "trinity-rft"
+
+
+class PluginRejected(Exception):
+    """Internal: why a plugin object was not accepted. Ends up in its record."""
+
+
+@dataclass(frozen=True)
+class BackendRecord:
+    """What was found under one backend name: a loaded backend or the reason it was not."""
+
+    #: Backend name (the entry point's name).
+    name: str
+    #: Distribution that provides it, e.g. ``trinity-backend-npu``.
+    distribution: str
+    #: That distribution's version ("" when unknown).
+    version: str
+    #: The entry point's value, e.g. ``trinity_backend_npu.plugin``.
+    target: str
+    #: ``ok`` when loaded and validated; ``broken`` otherwise.
+    status: Literal["ok", "broken"]
+    #: The loaded backend when ``status == "ok"``.
+    backend: Backend | None = None
+    #: Why it is broken: one line a user can act on.
+    error: str = ""
+
+
+def load_plugin(plugin: object, expected_name: str | None = None) -> Backend:
+    """Validate ``plugin`` against the spec and return it as a :class:`Backend`.
+
+    Raises :class:`PluginRejected` with a one-line reason when the plugin
+    implements an unknown hook, uses an argument the spec does not declare,
+    lacks a required hook, targets an unsupported spec version, or reports
+    a name other than ``expected_name``.
+    """
+    if inspect.isclass(plugin):
+        try:
+            plugin = plugin()
+        except Exception as exc:  # noqa: BLE001 - any failure is the plugin's
+            raise PluginRejected(f"instantiating {plugin.__name__} raised {type(exc).__name__}: {exc}") from exc
+    _reject_unmarked_hooks(plugin)
+    manager = pluggy.PluginManager(spec.PROJECT_NAME)
+    manager.add_hookspecs(spec)
+    try:
+        manager.register(plugin, name="backend")
+        manager.check_pending()
+    except pluggy.PluginValidationError as exc:
+        raise PluginRejected(f"does not match the DeviceBackend spec: {_first_line(exc)}") from exc
+    except ValueError as exc:  # pluggy: plugin already registered / name clash
+        raise PluginRejected(str(exc)) from exc
+
+    own = {caller.name for caller in manager.get_hookcallers(plugin) or []}
+    missing = [hook for hook in spec.REQUIRED_HOOKS if hook not in own]
+    if missing:
+        raise PluginRejected(f"does not implement the required hook(s) {', '.join(missing)}")
+
+    try:
+        info = manager.hook.trinity_backend_info()
+    except Exception as exc:  # noqa: BLE001
+        raise PluginRejected(f"trinity_backend_info raised {type(exc).__name__}: {exc}") from exc
+    _check_info(info, expected_name)
+    manager.register(DefaultHooks(info), name="defaults")
+    return Backend(plugin, manager, info)
+
+
+def _reject_unmarked_hooks(plugin: object) -> None:
+    marker = f"{spec.PROJECT_NAME}_impl"
+    for attr in dir(plugin):
+        if not attr.startswith("trinity_"):
+            continue
+        value = getattr(plugin, attr, None)
+        if callable(value) and not hasattr(value, marker):
+            raise PluginRejected(f"{attr} is not marked with @trinity.device.hookimpl, so it would be ignored")
+
+
+def _check_info(info: object, expected_name: str | None) -> None:
+    if not isinstance(info, BackendInfo):
+        raise PluginRejected(f"trinity_backend_info returned {type(info).__name__}, expected BackendInfo")
+    if expected_name is not None and info.name != expected_name:
+        raise PluginRejected(
+            f"reports name {info.name!r} but is registered as {expected_name!r}; the two must be equal"
+        )
+    if not (spec.MIN_SPEC_VERSION <= info.spec_version <= spec.SPEC_VERSION):
+        if info.spec_version > spec.SPEC_VERSION:
+            hint = "upgrade trinity-rft (pip install -U trinity-rft)"
+        else:
+            hint = "upgrade the backend package"
+        raise PluginRejected(
+            f"written for DeviceBackend spec {info.spec_version}, this trinity-rft supports "
+            f"{spec.MIN_SPEC_VERSION}..{spec.SPEC_VERSION}; {hint}"
+        )
+    for field_name in ("name", "device_type", "collective_backend"):
+        if not isinstance(getattr(info, field_name), str) or not getattr(info, field_name):
+            raise PluginRejected(f"BackendInfo.{field_name} must be a non-empty string")
+    if not isinstance(info.priority, int):
+        raise PluginRejected("BackendInfo.priority must be an int")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return " ".join(text.split())
+
+
+def builtin_records() -> list[BackendRecord]:
+    """Return the record of the built-in CPU backend."""
+    from trinity import __version__
+    from trinity.device.backends import cpu
+
+    return [
+        BackendRecord(
+            name="cpu",
+            distribution=BUILTIN_DISTRIBUTION,
+            version=__version__,
+            target=cpu.__name__,
+            status="ok",
+            backend=load_plugin(cpu, expected_name="cpu"),
+        )
+    ]
+
+
+def discover(entry_points_found: Iterable[EntryPoint] | None = None) -> dict[str, BackendRecord]:
+    """Load every installed backend and return the records by name, built-ins included.
+
+    ``entry_points_found`` replaces the installed entry points (for tests).
+    """
+    records = {record.name: record for record in builtin_records()}
+    found = list(entry_points(group=spec.ENTRY_POINT_GROUP) if entry_points_found is None else entry_points_found)
+    by_name: dict[str, list[EntryPoint]] = defaultdict(list)
+    seen: set[tuple[str, str, str]] = set()
+    for ep in found:
+        key = (ep.name, _dist_name(ep), ep.value)
+        if key in seen:  # the same distribution visible twice on sys.path
+            continue
+        seen.add(key)
+        by_name[ep.name].append(ep)
+
+    for name, eps in sorted(by_name.items()):
+        if name in records:
+            ep = eps[0]
+            records[f"{name}@{_dist_name(ep)}"] = _broken(
+                ep, f"the name {name!r} is reserved for the built-in backend; rename the entry point"
+            )
+            continue
+        if len(eps) > 1:
+            dists = " and ".join(sorted(f"{_dist_name(ep)} ({ep.value})" for ep in eps))
+            records[name] = _broken(
+                eps[0],
+                f"backend name {name!r} is registered by {dists}; uninstall one of them",
+                distribution=", ".join(sorted(_dist_name(ep) for ep in eps)),
+            )
+            continue
+        records[name] = _load_entry_point(eps[0])
+    return records
+
+
+def _load_entry_point(ep: EntryPoint) -> BackendRecord:
+    try:
+        plugin = ep.load()
+    except BaseException as exc:  # noqa: BLE001 - SystemExit from a plugin import must not kill us
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return _broken(ep, f"import of {ep.value} failed: {type(exc).__name__}: {_first_line(exc)}")
+    try:
+        backend = load_plugin(plugin, expected_name=ep.name)
+    except PluginRejected as exc:
+        return _broken(ep, f"{ep.value} {exc}")
+    return BackendRecord(
+        name=ep.name,
+        distribution=_dist_name(ep),
+        version=_dist_version(ep),
+        target=ep.value,
+        status="ok",
+        backend=backend,
+    )
+
+
+def _broken(ep: EntryPoint, error: str, distribution: str | None = None) -> BackendRecord:
+    return BackendRecord(
+        name=ep.name,
+        distribution=distribution or _dist_name(ep),
+        version=_dist_version(ep),
+        target=ep.value,
+        status="broken",
+        error=error,
+    )
+
+
+def _dist_name(ep: EntryPoint) -> str:
+    dist = getattr(ep, "dist", None)
+    return str(dist.metadata["Name"]) if dist is not None else "?"
+
+
+def _dist_version(ep: EntryPoint) -> str:
+    dist = getattr(ep, "dist", None)
+    return str(dist.version) if dist is not None else ""

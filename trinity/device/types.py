@@ -1,0 +1,96 @@
+"""Plain values exchanged between the core and device backends.
+
+Backends return these from their hooks; the core never hands out a backend's
+own objects. All are immutable so a cached answer cannot be changed by a caller.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    """Static facts about a backend. Must be cheap to compute and touch no device."""
+
+    #: Backend name; must equal the name of the ``trinity.backends`` entry point.
+    name: str
+    #: The torch device type tensors live on (``"cuda"``, ``"npu"``, ``"cpu"``).
+    device_type: str
+    #: Higher wins in ``auto`` selection. The built-in CPU backend has 0.
+    priority: int
+    #: The spec version this backend was written against (see ``SPEC_VERSION``).
+    spec_version: int
+    #: The torch.distributed backend for device tensors (``"nccl"``, ``"hccl"``, ``"gloo"``).
+    collective_backend: str
+    #: Ray resource name one device is scheduled by (``"GPU"``, ``"NPU"``); None when
+    #: the backend needs no device resource (CPU).
+    ray_resource_key: str | None = None
+    #: Environment variable that masks the devices a process sees
+    #: (``"CUDA_VISIBLE_DEVICES"``); None when there is none.
+    visible_devices_env: str | None = None
+    #: Prefixes of environment variables a Ray worker must inherit (``"HCCL_"``).
+    worker_env_prefixes: tuple[str, ...] = ()
+    #: One line for humans: what hardware this drives.
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """Whether the backend can run here, found without initialising the device."""
+
+    #: True when at least one device is usable by this process.
+    available: bool
+    #: Devices this process may use (after visible-device masking).
+    device_count: int = 0
+    #: Why the backend is not available, phrased so a user knows what to fix.
+    reason: str = ""
+
+    @classmethod
+    def unavailable(cls, reason: str) -> ProbeResult:
+        """A probe result saying the backend cannot run here, and why."""
+        return cls(available=False, device_count=0, reason=reason)
+
+
+@dataclass(frozen=True)
+class CompileSupport:
+    """Whether ``torch.compile`` works on this backend."""
+
+    #: True when ``torch.compile`` can be used for models on this device.
+    supported: bool
+    #: Why not (or a note when it is); shown to users who ask for compile anyway.
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class MemoryStats:
+    """Device memory of the current device, in bytes."""
+
+    #: Bytes held by live tensors.
+    allocated: int
+    #: Bytes held by the caching allocator (allocated plus cached).
+    reserved: int
+    #: Total device memory; 0 when unknown.
+    total: int = 0
+    #: Free device memory as the driver reports it; 0 when unknown.
+    free: int = 0
+
+
+CheckStatus = Literal["ok", "warn", "fail"]
+
+
+@dataclass(frozen=True)
+class DoctorCheck:
+    """One diagnostic finding of ``trinity backends check``."""
+
+    #: Short name of what was checked ("CANN environment", "NVIDIA driver").
+    name: str
+    #: ``ok``, ``warn`` (works but suspicious) or ``fail`` (will not work).
+    status: CheckStatus
+    #: What was found.
+    detail: str = ""
+    #: What to do about a ``warn`` or ``fail``; empty when nothing is needed.
+    fix: str = ""
+    #: Extra structured facts (versions, paths) for ``--json`` output.
+    facts: dict[str, str] = field(default_factory=dict)
