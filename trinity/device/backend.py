@@ -11,12 +11,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import Any, final
+from typing import Any, TypeVar, cast, final
 
 import pluggy
 
 from trinity.device import spec
 from trinity.device.types import BackendInfo, CompileSupport, DoctorCheck, MemoryStats, ProbeResult
+
+_T = TypeVar("_T")
 
 #: Seconds a probe may take before the backend is reported unavailable.
 DEFAULT_PROBE_TIMEOUT_S = 10.0
@@ -127,11 +129,11 @@ class Backend:
 
     def visible_devices_env(self, device_ids: Sequence[int]) -> dict[str, str]:
         """Return the environment restricting a process to ``device_ids``."""
-        return self._expect("trinity_visible_devices_env", dict, list(device_ids))
+        return cast(dict[str, str], self._expect("trinity_visible_devices_env", dict, list(device_ids)))
 
     def worker_env(self, self_managed_devices: bool = False) -> dict[str, str]:
         """Return the environment a Ray worker of this backend must be started with."""
-        return self._expect("trinity_worker_env", dict, self_managed_devices)
+        return cast(dict[str, str], self._expect("trinity_worker_env", dict, self_managed_devices))
 
     def doctor(self) -> list[DoctorCheck]:
         """Run every doctor check (default's and backend's); a raising check becomes a ``fail``."""
@@ -146,10 +148,10 @@ class Backend:
                                 fix=f"report this to the maintainers of the {self.name!r} backend")
                 )
                 continue
-            checks.extend(check for check in (found or []) if isinstance(check, DoctorCheck))
+            checks.extend(check for check in cast(list[object], found or []) if isinstance(check, DoctorCheck))
         return checks
 
-    def _expect(self, hook_name: str, kind: type, *args: Any) -> Any:
+    def _expect(self, hook_name: str, kind: type[_T], *args: Any) -> _T:
         result = self._resolved[hook_name](*args)
         if not isinstance(result, kind):
             from trinity.device.errors import DeviceError

@@ -58,10 +58,11 @@ def load_plugin(plugin: object, expected_name: str | None = None) -> Backend:
     a name other than ``expected_name``.
     """
     if inspect.isclass(plugin):
+        cls = plugin
         try:
-            plugin = plugin()
-        except Exception as exc:  # noqa: BLE001 - any failure is the plugin's
-            raise PluginRejected(f"instantiating {plugin.__name__} raised {type(exc).__name__}: {exc}") from exc
+            plugin = cls()
+        except Exception as exc:
+            raise PluginRejected(f"instantiating {cls.__name__} raised {type(exc).__name__}: {exc}") from exc
     _reject_unmarked_hooks(plugin)
     manager = pluggy.PluginManager(spec.PROJECT_NAME)
     manager.add_hookspecs(spec)
@@ -80,7 +81,7 @@ def load_plugin(plugin: object, expected_name: str | None = None) -> Backend:
 
     try:
         info = manager.hook.trinity_backend_info()
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise PluginRejected(f"trinity_backend_info raised {type(exc).__name__}: {exc}") from exc
     _check_info(info, expected_name)
     manager.register(DefaultHooks(info), name="defaults")
@@ -180,7 +181,7 @@ def discover(entry_points_found: Iterable[EntryPoint] | None = None) -> dict[str
 def _load_entry_point(ep: EntryPoint) -> BackendRecord:
     try:
         plugin = ep.load()
-    except BaseException as exc:  # noqa: BLE001 - SystemExit from a plugin import must not kill us
+    except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
             raise
         return _broken(ep, f"import of {ep.value} failed: {type(exc).__name__}: {_first_line(exc)}")

@@ -162,7 +162,9 @@ def _explicit(
             f"{name} requested by the {where}; not usable on this node ({probe.reason}) "
             f"but the Ray cluster offers {key}: {cluster_resources[key]:g}",
         )
-    raise BackendUnavailableError(f"device backend {name!r} was requested by the {where} but is not available: {probe.reason}")
+    raise BackendUnavailableError(
+        f"device backend {name!r} was requested by the {where} but is not available: {probe.reason}"
+    )
 
 
 def probe_all(backends: list[Backend], timeout_s: float) -> None:

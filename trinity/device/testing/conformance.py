@@ -132,7 +132,9 @@ class BackendConformance:
         )
         env = {**os.environ, **self.probe_subprocess_env}
         env.pop(DEVICE_ENV, None)
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-c", code], check=False, capture_output=True, text=True, env=env, timeout=120
+        )
         assert done.returncode == 0, done.stderr
         imported = json.loads(done.stdout.strip().splitlines()[-1])
         assert imported == [], f"loading/probing {self.backend_name} imported {imported}"
@@ -155,8 +157,9 @@ class BackendConformance:
 
     def test_synchronize_and_empty_cache(self, available_backend: Backend) -> None:
         available_backend.set_device(0)
-        assert available_backend.synchronize() is None
-        assert available_backend.empty_cache() is None
+        available_backend.synchronize()
+        available_backend.empty_cache()
+        available_backend.synchronize()
 
     def test_memory_stats(self, available_backend: Backend) -> None:
         stats = available_backend.memory_stats()

@@ -1,0 +1,90 @@
+"""Task runner: `nox` runs lint, typecheck, tests and wheels; `nox -l` lists every session.
+
+Every session installs the CPU build of torch first: an unpinned torch would
+pull a multi-GB CUDA build, and torch-npu must never be installed without CANN.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import tempfile
+
+import nox
+
+nox.options.sessions = ["lint", "typecheck", "tests", "wheels"]
+nox.options.reuse_existing_virtualenvs = True
+
+ROOT = pathlib.Path(__file__).parent
+TORCH = "torch==2.13.0"
+BACKENDS = ("trinity_backend_cuda", "trinity_backend_npu")
+EDITABLE = ("-e", ".[dev]", *(arg for b in BACKENDS for arg in ("-e", f"./{b}")))
+ACME = "examples/backends/trinity-backend-acme"
+CONFORMANCE_TESTS = {
+    "cpu": "tests/test_cpu_conformance.py",
+    "cuda": "trinity_backend_cuda/tests",
+    "npu": "trinity_backend_npu/tests",
+    "acme": f"{ACME}/tests",
+}
+
+
+def install_project(session: nox.Session) -> None:
+    """Install CPU torch, then the three packages editable and the example backend."""
+    session.install(TORCH)
+    session.install(*EDITABLE, "-e", ACME)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff over every package, test and script."""
+    session.install("ruff>=0.6")
+    session.run("ruff", "check", ".")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy (strict) over the device layer, the CLI and both backends."""
+    install_project(session)
+    session.run(
+        "mypy", "trinity/device", "trinity/cli", "trinity_backend_cuda/src", "trinity_backend_npu/src",
+    )
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The whole pytest suite: core, CLI, every backend's conformance, the vendor example."""
+    install_project(session)
+    session.run("pytest", *session.posargs)
+
+
+@nox.session(name="conformance")
+@nox.parametrize("backend", list(CONFORMANCE_TESTS))
+def conformance(session: nox.Session, backend: str) -> None:
+    """One backend's conformance suite (CUDA and NPU run against their test doubles)."""
+    install_project(session)
+    session.run("pytest", CONFORMANCE_TESTS[backend], *session.posargs)
+
+
+@nox.session
+def wheels(session: nox.Session) -> None:
+    """Build the three wheels, install them into a clean venv, check `trinity backends list` sees all."""
+    session.install("build>=1.2")
+    dist = ROOT / "dist"
+    for project in (".", *BACKENDS):
+        session.run("python", "-m", "build", "--wheel", "--outdir", str(dist), project)
+    built = sorted(str(p) for p in dist.glob("trinity_*-0.1.0-*.whl"))
+    session.log("built: %s", ", ".join(pathlib.Path(p).name for p in built))
+    with tempfile.TemporaryDirectory() as tmp:
+        venv = pathlib.Path(tmp) / "venv"
+        session.run("python", "-m", "venv", str(venv))
+        python = str(venv / "bin" / "python")
+        session.run(python, "-m", "pip", "install", "-q", TORCH, external=True)
+        session.run(python, "-m", "pip", "install", "-q", *built, external=True)
+        out = session.run(str(venv / "bin" / "trinity"), "backends", "list", "--json", external=True, silent=True)
+        listing = json.loads(str(out))
+        found = {b["name"]: b for b in listing["backends"]}
+        expected = {"cpu": "trinity-rft", "cuda": "trinity-backend-cuda", "npu": "trinity-backend-npu"}
+        for name, dist_name in expected.items():
+            if name not in found or found[name]["status"] != "ok" or found[name]["distribution"] != dist_name:
+                session.error(f"wheel install: backend {name!r} from {dist_name} missing or broken: {found.get(name)}")
+        session.log("clean venv lists: %s; selected %s", ", ".join(sorted(found)), listing["selected"]["name"])
