@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import textwrap
 from importlib.metadata import EntryPoint
@@ -112,3 +113,38 @@ def test_builtin_name_cannot_be_shadowed(plugin_dir: Path) -> None:
     assert records["cpu"].distribution == "trinity-rft" and records["cpu"].status == "ok"
     shadow = [r for name, r in records.items() if name.startswith("cpu@")]
     assert shadow and "reserved for the built-in backend" in shadow[0].error
+
+
+@pytest.mark.parametrize(
+    ("plugin", "message"),
+    [
+        (plugins.FakeAccel("Acme"), "must be lower case"),
+        (plugins.FakeAccel("two words"), "must be lower case"),
+    ],
+)
+def test_backend_names_must_be_typeable(plugin: object, message: str) -> None:
+    with pytest.raises(PluginRejected, match=message):
+        load_plugin(plugin)
+
+
+def test_worker_env_prefixes_must_be_a_tuple() -> None:
+    plugin = plugins.FakeAccel("listy")
+    plugin._info = dataclasses.replace(plugin._info, worker_env_prefixes=["LISTY_"])  # type: ignore[arg-type]
+    with pytest.raises(PluginRejected, match="worker_env_prefixes must be a tuple"):
+        load_plugin(plugin)
+
+
+def test_default_current_index_on_a_cpu_typed_backend_is_zero() -> None:
+    class Minimal:
+        @plugins.hookimpl
+        def trinity_backend_info(self) -> plugins.BackendInfo:
+            return plugins.info("minimal")
+
+        @plugins.hookimpl
+        def trinity_probe(self) -> plugins.ProbeResult:
+            return plugins.ProbeResult(available=True, device_count=1)
+
+    backend = load_plugin(Minimal(), expected_name="minimal")
+    assert not backend.implements("trinity_current_device_index")
+    backend.set_device(0)
+    assert backend.current_device_index() == 0

@@ -64,7 +64,9 @@ class DefaultHooks:
 
     @hookimpl(trylast=True)
     def trinity_current_device_index(self) -> int:
-        return int(self._device_module().current_device())
+        index = self._device_module().current_device()
+        # torch.cpu.current_device() answers "cpu": the host is one device.
+        return index if isinstance(index, int) else 0
 
     @hookimpl(trylast=True)
     def trinity_synchronize(self) -> None:

@@ -9,6 +9,7 @@ present and cannot be shadowed.
 from __future__ import annotations
 
 import inspect
+import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -23,6 +24,8 @@ from trinity.device.defaults import DefaultHooks
 from trinity.device.types import BackendInfo
 
 BUILTIN_DISTRIBUTION = "trinity-rft"
+#: What a backend name may look like: users type it in configs and TRINITY_DEVICE.
+BACKEND_NAME = re.compile(r"[a-z][a-z0-9_-]*")
 
 
 class PluginRejected(Exception):
@@ -117,8 +120,19 @@ def _check_info(info: object, expected_name: str | None) -> None:
     for field_name in ("name", "device_type", "collective_backend"):
         if not isinstance(getattr(info, field_name), str) or not getattr(info, field_name):
             raise PluginRejected(f"BackendInfo.{field_name} must be a non-empty string")
-    if not isinstance(info.priority, int):
+    if not BACKEND_NAME.fullmatch(info.name):
+        raise PluginRejected(
+            f"backend name {info.name!r} must be lower case letters, digits, '_' or '-' (users type it)"
+        )
+    if not isinstance(info.priority, int) or isinstance(info.priority, bool):
         raise PluginRejected("BackendInfo.priority must be an int")
+    prefixes = info.worker_env_prefixes
+    if not isinstance(prefixes, tuple) or not all(isinstance(p, str) and p for p in prefixes):
+        raise PluginRejected("BackendInfo.worker_env_prefixes must be a tuple of non-empty strings")
+    for field_name in ("ray_resource_key", "visible_devices_env"):
+        value = getattr(info, field_name)
+        if value is not None and (not isinstance(value, str) or not value):
+            raise PluginRejected(f"BackendInfo.{field_name} must be None or a non-empty string")
 
 
 def _first_line(exc: BaseException) -> str:
