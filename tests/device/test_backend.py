@@ -45,3 +45,58 @@ def test_cpu_backend_answers_without_torch_device_calls() -> None:
     assert stats.allocated > 0 and stats.total >= stats.free > 0
     assert backend.visible_devices_env([0, 1]) == {}
     assert backend.implements("trinity_synchronize")
+
+
+def test_defaults_match_the_spec_exactly() -> None:
+    import pluggy
+
+    from trinity.device import spec
+    from trinity.device.defaults import DefaultHooks
+
+    manager = pluggy.PluginManager(spec.PROJECT_NAME)
+    manager.add_hookspecs(spec)
+    defaults = DefaultHooks(plugins.info("x"))
+    manager.register(defaults)
+    manager.check_pending()
+    for hook_name in spec.SINGLE_ANSWER_HOOKS[2:]:
+        impls = getattr(manager.hook, hook_name).get_hookimpls()
+        assert impls, f"no default for {hook_name}"
+        caller = getattr(manager.hook, hook_name)
+        assert tuple(impls[0].argnames) == tuple(caller.spec.argnames), hook_name
+
+
+def test_defaults_use_the_backends_own_device_module() -> None:
+    import types
+
+    calls: list[str] = []
+    module = types.ModuleType("fake_device_module")
+    module.synchronize = lambda: calls.append("sync")  # type: ignore[attr-defined]
+    module.set_device = lambda i: calls.append(f"set {i}")  # type: ignore[attr-defined]
+
+    class VendorModule(plugins.FakeAccel):
+        @plugins.hookimpl
+        def trinity_device_module(self) -> types.ModuleType:
+            calls.append("import vendor extension")
+            return module
+
+    class OnlyModule:
+        inner = VendorModule("vendor")
+        trinity_backend_info = inner.trinity_backend_info
+        trinity_probe = inner.trinity_probe
+        trinity_device_module = inner.trinity_device_module
+
+    backend = load_plugin(OnlyModule(), expected_name="vendor")
+    backend.set_device(1)
+    backend.synchronize()
+    assert calls == ["import vendor extension", "set 1", "sync"]
+
+
+def test_timed_out_probe_verdict_sticks() -> None:
+    hanging = plugins.HangingProbe("stuck")
+    backend = load_plugin(hanging, expected_name="stuck")
+    try:
+        assert "within 0.1 s" in backend.probe(0.1).reason
+        hanging.release.set()
+        assert "within 0.1 s" in backend.probe(5).reason
+    finally:
+        hanging.release.set()

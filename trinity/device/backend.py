@@ -9,6 +9,7 @@ backend's or the default) and stores it as an attribute. Calling
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any, TypeVar, cast, final
@@ -16,6 +17,7 @@ from typing import Any, TypeVar, cast, final
 import pluggy
 
 from trinity.device import spec
+from trinity.device.defaults import DefaultHooks
 from trinity.device.types import BackendInfo, CompileSupport, DoctorCheck, MemoryStats, ProbeResult
 
 _T = TypeVar("_T")
@@ -38,11 +40,18 @@ def _adapt(impl: pluggy.HookImpl, spec_argnames: tuple[str, ...]) -> Callable[..
     return call_with_subset
 
 
+def _spec_argnames(caller: pluggy.HookCaller) -> tuple[str, ...]:
+    assert caller.spec is not None, f"{caller.name} has no specification"
+    return tuple(caller.spec.argnames)
+
+
 @final
 class Backend:
     """One device backend, validated and ready to answer device questions.
 
-    Construct through :func:`trinity.device.loader.load_backend`; the
+    Each hook is answered by the backend's implementation when it has one,
+    else by :class:`~trinity.device.defaults.DefaultHooks`. Construct through
+    :func:`trinity.device.loader.load_plugin`; the
     attributes ``set_device``, ``synchronize`` and friends are the resolved
     implementations and may be called directly.
     """
@@ -57,19 +66,30 @@ class Backend:
         self.plugin = plugin
         self.info = info
         self._manager = manager
+        self._defaults = DefaultHooks(info)
         self._probe: ProbeResult | None = None
         self._probe_lock = threading.Lock()
+        self._probe_thread: threading.Thread | None = None
+        self._probe_started = 0.0
         self._resolved: dict[str, Callable[..., Any]] = {}
         for hook_name in spec.SINGLE_ANSWER_HOOKS:
-            caller = getattr(manager.hook, hook_name)
-            impls = caller.get_hookimpls()
-            # pluggy orders implementations so the last one is called first.
-            self._resolved[hook_name] = _adapt(impls[-1], tuple(caller.spec.argnames))
+            self._resolved[hook_name] = self._resolve(hook_name)
+        if self.implements("trinity_device_module"):
+            self._defaults.use_device_module(self._resolved["trinity_device_module"])
         self.set_device = self._resolved["trinity_set_device"]
         self.synchronize = self._resolved["trinity_synchronize"]
         self.current_device_index = self._resolved["trinity_current_device_index"]
         self.empty_cache = self._resolved["trinity_empty_cache"]
         self.manual_seed = self._resolved["trinity_manual_seed"]
+
+    def _resolve(self, hook_name: str) -> Callable[..., Any]:
+        """Return the backend's implementation of ``hook_name``, else the default's."""
+        caller = getattr(self._manager.hook, hook_name)
+        impls = caller.get_hookimpls()
+        if impls:
+            # pluggy orders implementations so the last one is called first.
+            return _adapt(impls[-1], _spec_argnames(caller))
+        return cast(Callable[..., Any], getattr(self._defaults, hook_name))
 
     @property
     def name(self) -> str:
@@ -78,42 +98,50 @@ class Backend:
 
     def implements(self, hook_name: str) -> bool:
         """Return whether the backend itself (not the default) implements ``hook_name``."""
-        impls = getattr(self._manager.hook, hook_name).get_hookimpls()
-        return any(impl.plugin is self.plugin for impl in impls)
+        caller = getattr(self._manager.hook, hook_name, None)
+        return caller is not None and bool(caller.get_hookimpls())
+
+    def start_probe(self) -> None:
+        """Start the probe in the background (no-op when started already); see :meth:`probe`."""
+        with self._probe_lock:
+            if self._probe_thread is None and self._probe is None:
+                # A daemon thread, so a hung probe cannot keep the interpreter alive at exit.
+                self._probe_thread = threading.Thread(
+                    target=self._run_probe, name=f"trinity-probe-{self.name}", daemon=True
+                )
+                self._probe_started = time.monotonic()
+                self._probe_thread.start()
 
     def probe(self, timeout_s: float = DEFAULT_PROBE_TIMEOUT_S) -> ProbeResult:
         """Return the probe's answer, computed once per process and bounded by ``timeout_s``.
 
-        A probe that raises, returns the wrong type or does not answer in time
-        yields an unavailable result that says so; it never raises.
+        The limit counts from the probe's start, so probes started together
+        with :meth:`start_probe` share one deadline. A probe that raises,
+        returns the wrong type or does not answer in time yields an
+        unavailable result that says so; this never raises.
         """
+        self.start_probe()
+        thread = self._probe_thread
+        if thread is not None:
+            thread.join(max(0.0, self._probe_started + timeout_s - time.monotonic()))
         with self._probe_lock:
             if self._probe is None:
-                self._probe = self._run_probe(timeout_s)
+                # The verdict sticks: a late answer must not change what was already decided.
+                self._probe = ProbeResult.unavailable(f"probe did not answer within {timeout_s:g} s")
             return self._probe
 
-    def _run_probe(self, timeout_s: float) -> ProbeResult:
-        outcome: list[ProbeResult] = []
-
-        def target() -> None:
-            try:
-                result = self._resolved["trinity_probe"]()
-            except BaseException as exc:  # noqa: BLE001 - a plugin's fault must not escape
-                outcome.append(ProbeResult.unavailable(f"probe raised {type(exc).__name__}: {exc}"))
-                return
-            if not isinstance(result, ProbeResult):
-                result = ProbeResult.unavailable(
-                    f"probe returned {type(result).__name__}, expected ProbeResult (backend bug)"
-                )
-            outcome.append(result)
-
-        # A daemon thread, so a hung probe cannot keep the interpreter alive at exit.
-        worker = threading.Thread(target=target, name=f"trinity-probe-{self.name}", daemon=True)
-        worker.start()
-        worker.join(timeout_s)
-        if not outcome:
-            return ProbeResult.unavailable(f"probe did not answer within {timeout_s:g} s")
-        return outcome[0]
+    def _run_probe(self) -> None:
+        try:
+            result = self._resolved["trinity_probe"]()
+        except BaseException as exc:  # noqa: BLE001 - a plugin's fault must not escape
+            result = ProbeResult.unavailable(f"probe raised {type(exc).__name__}: {exc}")
+        if not isinstance(result, ProbeResult):
+            result = ProbeResult.unavailable(
+                f"probe returned {type(result).__name__}, expected ProbeResult (backend bug)"
+            )
+        with self._probe_lock:
+            if self._probe is None:
+                self._probe = result
 
     def compile_support(self) -> CompileSupport:
         """Return whether ``torch.compile`` works on this backend's device."""
@@ -136,19 +164,29 @@ class Backend:
         return cast(dict[str, str], self._expect("trinity_worker_env", dict, self_managed_devices))
 
     def doctor(self) -> list[DoctorCheck]:
-        """Run every doctor check (default's and backend's); a raising check becomes a ``fail``."""
+        """Run the backend's checks, then the core's; a raising or malformed check becomes a ``fail``."""
         checks: list[DoctorCheck] = []
-        for impl in reversed(self._manager.hook.trinity_doctor.get_hookimpls()):
-            owner = "backend" if impl.plugin is self.plugin else "core"
+        caller = self._manager.hook.trinity_doctor
+        answers: list[tuple[str, Callable[[], Any]]] = [
+            ("backend", _adapt(impl, _spec_argnames(caller))) for impl in reversed(caller.get_hookimpls())
+        ]
+        answers.append(("core", self._defaults.trinity_doctor))
+        for owner, run_checks in answers:
             try:
-                found = impl.function()
+                found = run_checks()
+                if not isinstance(found, list) or not all(isinstance(c, DoctorCheck) for c in found):
+                    raise TypeError(f"trinity_doctor returned {type(found).__name__}, expected list[DoctorCheck]")
             except Exception as exc:  # noqa: BLE001 - report, never crash the doctor
                 checks.append(
-                    DoctorCheck(f"{owner} doctor", "fail", f"check raised {type(exc).__name__}: {exc}",
-                                fix=f"report this to the maintainers of the {self.name!r} backend")
+                    DoctorCheck(
+                        f"{owner} doctor",
+                        "fail",
+                        f"check raised {type(exc).__name__}: {exc}",
+                        fix=f"report this to the maintainers of the {self.name!r} backend",
+                    )
                 )
                 continue
-            checks.extend(check for check in cast(list[object], found or []) if isinstance(check, DoctorCheck))
+            checks.extend(found)
         return checks
 
     def _expect(self, hook_name: str, kind: type[_T], *args: Any) -> _T:

@@ -1,7 +1,9 @@
 """Built-in answers for every optional hook, written against torch's device-agnostic API.
 
-One ``DefaultHooks`` instance is registered (``trylast``) beside each backend,
-bound to that backend's ``BackendInfo``; a backend overrides only what differs.
+Each loaded backend holds one ``DefaultHooks`` bound to its ``BackendInfo``
+and calls it for every hook the backend does not implement; a backend
+overrides only what differs. The methods carry hook markers so a test can
+register the class against the spec and prove the signatures match.
 torch is imported on first use, never at load time.
 """
 
@@ -10,7 +12,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
 
 from trinity.device.spec import hookimpl
@@ -42,12 +44,21 @@ class DefaultHooks:
     def __init__(self, info: BackendInfo) -> None:
         self._info = info
         self._module: ModuleType | None = None
+        self._module_provider: Callable[[], ModuleType] | None = None
+
+    def use_device_module(self, provider: Callable[[], ModuleType]) -> None:
+        """Take the device module from the backend's own ``trinity_device_module`` (e.g. after importing torch_npu)."""
+        self._module_provider = provider
+        self._module = None
 
     def _device_module(self) -> ModuleType:
         if self._module is None:
-            import torch
+            if self._module_provider is not None:
+                self._module = self._module_provider()
+            else:
+                import torch
 
-            self._module = torch.get_device_module(self._info.device_type)
+                self._module = torch.get_device_module(self._info.device_type)
         return self._module
 
     @hookimpl(trylast=True)

@@ -196,6 +196,7 @@ def torch_device(local_rank: int | None = None) -> Any:
     device_type = get_device_type()
     if device_type == "cpu":
         return torch.device("cpu")
+    current_backend().device_module()  # a vendor extension may register the device type on import
     if local_rank is not None and local_rank < 0:
         raise InvalidDeviceRequestError(f"local_rank must be >= 0, got {local_rank}")
     index = get_device_id() if local_rank is None else local_rank

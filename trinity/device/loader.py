@@ -14,13 +14,12 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
-from typing import Literal
+from typing import Any, Literal
 
 import pluggy
 
 from trinity.device import spec
 from trinity.device.backend import Backend
-from trinity.device.defaults import DefaultHooks
 from trinity.device.types import BackendInfo
 
 BUILTIN_DISTRIBUTION = "trinity-rft"
@@ -52,6 +51,27 @@ class BackendRecord:
     error: str = ""
 
 
+class _TrinityPluginManager(pluggy.PluginManager):
+    """A PluginManager that only inspects ``trinity_*`` names.
+
+    pluggy inspects every attribute of a plugin statically; backends are
+    modules with many unrelated names, and discovery runs at every start-up.
+    """
+
+    def parse_hookimpl_opts(self, plugin: Any, name: str) -> pluggy.HookimplOpts | None:
+        if not name.startswith(_HOOK_PREFIX):
+            return None
+        return super().parse_hookimpl_opts(plugin, name)
+
+    def parse_hookspec_opts(self, module_or_class: Any, name: str) -> pluggy.HookspecOpts | None:
+        if not name.startswith(_HOOK_PREFIX):
+            return None
+        return super().parse_hookspec_opts(module_or_class, name)
+
+
+_HOOK_PREFIX = f"{spec.PROJECT_NAME}_"
+
+
 def load_plugin(plugin: object, expected_name: str | None = None) -> Backend:
     """Validate ``plugin`` against the spec and return it as a :class:`Backend`.
 
@@ -67,7 +87,7 @@ def load_plugin(plugin: object, expected_name: str | None = None) -> Backend:
         except Exception as exc:
             raise PluginRejected(f"instantiating {cls.__name__} raised {type(exc).__name__}: {exc}") from exc
     _reject_unmarked_hooks(plugin)
-    manager = pluggy.PluginManager(spec.PROJECT_NAME)
+    manager = _TrinityPluginManager(spec.PROJECT_NAME)
     manager.add_hookspecs(spec)
     try:
         manager.register(plugin, name="backend")
@@ -87,7 +107,6 @@ def load_plugin(plugin: object, expected_name: str | None = None) -> Backend:
     except Exception as exc:
         raise PluginRejected(f"trinity_backend_info raised {type(exc).__name__}: {exc}") from exc
     _check_info(info, expected_name)
-    manager.register(DefaultHooks(info), name="defaults")
     return Backend(plugin, manager, info)
 
 
@@ -225,10 +244,25 @@ def _broken(ep: EntryPoint, error: str, distribution: str | None = None) -> Back
 
 
 def _dist_name(ep: EntryPoint) -> str:
-    dist = getattr(ep, "dist", None)
-    return str(dist.metadata["Name"]) if dist is not None else "?"
+    return _dist_facts(ep)[0]
 
 
 def _dist_version(ep: EntryPoint) -> str:
+    return _dist_facts(ep)[1]
+
+
+_dist_cache: dict[int, tuple[object, tuple[str, str]]] = {}
+
+
+def _dist_facts(ep: EntryPoint) -> tuple[str, str]:
+    """Return (name, version) of ``ep``'s distribution; each METADATA file is parsed once."""
     dist = getattr(ep, "dist", None)
-    return str(dist.version) if dist is not None else ""
+    if dist is None:
+        return "?", ""
+    cached = _dist_cache.get(id(dist))
+    if cached is not None and cached[0] is dist:
+        return cached[1]
+    metadata = dist.metadata
+    facts = (str(metadata["Name"]), str(metadata["Version"]))
+    _dist_cache[id(dist)] = (dist, facts)
+    return facts

@@ -16,7 +16,6 @@ import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from threading import Thread
 from typing import Literal
 
 from trinity.device.backend import DEFAULT_PROBE_TIMEOUT_S, Backend
@@ -168,12 +167,11 @@ def _explicit(
 
 
 def probe_all(backends: list[Backend], timeout_s: float) -> None:
-    """Probe ``backends`` concurrently so one slow probe does not add up with the others."""
-    threads = [Thread(target=backend.probe, args=(timeout_s,), daemon=True) for backend in backends]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout_s + 1.0)
+    """Probe ``backends`` concurrently, under one shared deadline of ``timeout_s``."""
+    for backend in backends:
+        backend.start_probe()
+    for backend in backends:
+        backend.probe(timeout_s)
 
 
 def _auto(
@@ -214,6 +212,11 @@ def _auto(
 
 
 def _highest(candidates: list[Backend], where: str) -> Backend:
+    if not candidates:
+        raise BackendUnavailableError(
+            f"no device backend is available {where}, not even the built-in CPU one; "
+            f"see `trinity backends list` for each probe's reason"
+        )
     top = max(b.info.priority for b in candidates)
     tied = sorted((b for b in candidates if b.info.priority == top), key=lambda b: b.name)
     if len(tied) > 1:
