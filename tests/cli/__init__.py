@@ -1,0 +1,1 @@
+"""Tests of the ``trinity`` command line."""

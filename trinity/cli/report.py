@@ -1,0 +1,325 @@
+"""What ``trinity backends`` knows about the installed backends, as plain JSON-able data.
+
+The same dictionaries feed ``--json`` and the human tables, so the two never
+disagree. Gathering probes every loadable backend (concurrently, bounded by
+``TRINITY_PROBE_TIMEOUT``) and runs the selection; nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, TypedDict
+
+from trinity.cli.errors import EXIT_USAGE, CLIError
+
+if TYPE_CHECKING:
+    from trinity.device.backend import Backend
+    from trinity.device.errors import DeviceError
+    from trinity.device.loader import BackendRecord
+    from trinity.device.selection import Selection
+
+
+class BackendRow(TypedDict):
+    """One backend as ``trinity backends list --json`` prints it; null where a broken backend cannot tell."""
+
+    #: Backend name (the entry point's name).
+    name: str
+    #: Distribution providing it (``trinity-backend-npu``); several, comma-separated, on a name clash.
+    distribution: str
+    #: That distribution's version; null when unknown.
+    version: str | None
+    #: The entry point's value (``trinity_backend_npu.plugin``).
+    target: str
+    #: ``ok`` (loaded and validated) or ``broken``.
+    status: str
+    #: Why it is broken, one line; null when ok.
+    error: str | None
+    #: Selection priority (higher wins in ``auto``).
+    priority: int | None
+    #: torch device type (``cuda``, ``npu``, ``cpu``).
+    device_type: str | None
+    #: One line about the hardware it drives.
+    description: str | None
+    #: DeviceBackend spec version the backend was written for.
+    spec_version: int | None
+    #: Whether the probe found a usable device in this process.
+    available: bool | None
+    #: Usable devices (after visible-device masking).
+    device_count: int | None
+    #: Why it is not available (or the probe's note); null when there is nothing to say.
+    reason: str | None
+    #: Ray resource that schedules one device (``GPU``, ``NPU``); null when none (CPU).
+    ray_resource_key: str | None
+    #: torch.distributed backend for device tensors (``nccl``, ``hccl``, ``gloo``).
+    collective_backend: str | None
+    #: Environment variable that masks the visible devices; null when none.
+    visible_devices_env: str | None
+    #: Whether torch.compile works on this device.
+    compile_supported: bool | None
+    #: Why torch.compile does not work (or a note); null when there is nothing to say.
+    compile_reason: str | None
+    #: Whether this is the backend the selection chose.
+    selected: bool
+
+
+class SelectedJSON(TypedDict):
+    """The selection as ``--json`` prints it."""
+
+    #: Name of the chosen backend.
+    name: str
+    #: Where the decision came from (``auto``, ``environment``, ...).
+    source: str
+    #: One sentence saying why.
+    reason: str
+
+
+class Listing(TypedDict):
+    """The whole ``trinity backends list --json`` document."""
+
+    #: The chosen backend; null when the selection failed.
+    selected: SelectedJSON | None
+    #: The selection's error message, one line; null when it succeeded.
+    selection_error: str | None
+    #: Every discovered backend, built-in first, broken ones included.
+    backends: list[BackendRow]
+
+
+class BackendDetails(BackendRow):
+    """One backend as ``trinity backends show --json`` prints it: the list row plus the rest."""
+
+    #: Prefixes of environment variables a Ray worker inherits (``HCCL_``).
+    worker_env_prefixes: list[str] | None
+    #: ``init_process_group`` backend string (``cpu:gloo,npu:hccl``).
+    process_group_backend: str | None
+    #: Each hook and who answers it: ``backend``, ``default`` or, for ``trinity_doctor``, ``backend+default``.
+    hooks: dict[str, str] | None
+    #: The selection made in this process (whichever backend it chose); null when it failed.
+    selection: SelectedJSON | None
+    #: The selection's error message when it failed; null otherwise.
+    selection_error: str | None
+
+
+class CheckJSON(TypedDict):
+    """One diagnostic finding as ``trinity backends check --json`` prints it."""
+
+    #: What was checked.
+    name: str
+    #: ``ok``, ``warn`` or ``fail``.
+    status: Literal["ok", "warn", "fail"]
+    #: What was found.
+    detail: str
+    #: What to do about it; empty when nothing.
+    fix: str
+    #: Structured facts (versions, paths).
+    facts: dict[str, str]
+
+
+class CheckReport(TypedDict):
+    """The whole ``trinity backends check --json`` document."""
+
+    #: The backend whose checks ran.
+    backend: str
+    #: Its distribution and version (``trinity-rft 0.1.0``).
+    distribution: str
+    #: Every finding, the core's probe first.
+    checks: list[CheckJSON]
+    #: True when no check failed (the exit status is 0 exactly then).
+    ok: bool
+
+
+@dataclass(frozen=True)
+class Gathered:
+    """Records, their probes and the selection, as found in this process."""
+
+    #: Every discovered backend record, in listing order.
+    records: list[BackendRecord]
+    #: The selection, or None when it failed.
+    selection: Selection | None
+    #: Why the selection failed, or None.
+    selection_error: DeviceError | None
+    #: Seconds each probe was allowed.
+    probe_timeout_s: float
+
+
+def gather() -> Gathered:
+    """Discover, probe every loadable backend concurrently, then select as the framework would.
+
+    A selection failure (unknown ``TRINITY_DEVICE``, unavailable forced
+    backend, bad ``TRINITY_PROBE_TIMEOUT``) is kept, not raised: the listing
+    is still worth printing. An invalid timeout falls back to the default for
+    the probes here.
+    """
+    from trinity.device import facade
+    from trinity.device import selection as device_selection
+    from trinity.device.backend import DEFAULT_PROBE_TIMEOUT_S
+    from trinity.device.errors import DeviceError
+
+    records = facade.list_backends()
+    try:
+        timeout_s = device_selection.probe_timeout(os.environ)
+    except DeviceError:
+        timeout_s = DEFAULT_PROBE_TIMEOUT_S  # select_backend() below reports the bad value
+    device_selection.probe_all([r.backend for r in records if r.backend is not None], timeout_s)
+    chosen: Selection | None = None
+    error: DeviceError | None = None
+    try:
+        chosen = facade.select_backend()
+    except DeviceError as exc:
+        error = exc
+    return Gathered(records, chosen, error, timeout_s)
+
+
+def selected_json(found: Gathered) -> SelectedJSON | None:
+    """Return the selection of ``found`` as JSON-able data, None when it failed."""
+    if found.selection is None:
+        return None
+    return {"name": found.selection.name, "source": found.selection.source, "reason": found.selection.reason}
+
+
+def listing(found: Gathered) -> Listing:
+    """Return the ``trinity backends list --json`` document for ``found``."""
+    return {
+        "selected": selected_json(found),
+        "selection_error": _one_line(found.selection_error),
+        "backends": [backend_row(record, found) for record in found.records],
+    }
+
+
+def backend_row(record: BackendRecord, found: Gathered) -> BackendRow:
+    """Return what is known about ``record``: static facts, probe, compile support, selection."""
+    backend = record.backend if record.status == "ok" else None
+    if backend is None:
+        return {
+            "name": record.name, "distribution": record.distribution, "version": record.version or None,
+            "target": record.target, "status": record.status, "error": record.error or "unknown error",
+            "priority": None, "device_type": None, "description": None, "spec_version": None,
+            "available": None, "device_count": None, "reason": None, "ray_resource_key": None,
+            "collective_backend": None, "visible_devices_env": None, "compile_supported": None,
+            "compile_reason": None, "selected": False,
+        }
+    info = backend.info
+    probe = backend.probe(found.probe_timeout_s)
+    compile_supported, compile_reason = _compile_support(backend)
+    return {
+        "name": record.name,
+        "distribution": record.distribution,
+        "version": record.version or None,
+        "target": record.target,
+        "status": record.status,
+        "error": None,
+        "priority": info.priority,
+        "device_type": info.device_type,
+        "description": info.description or None,
+        "spec_version": info.spec_version,
+        "available": probe.available,
+        "device_count": probe.device_count,
+        "reason": probe.reason or None,
+        "ray_resource_key": info.ray_resource_key,
+        "collective_backend": info.collective_backend,
+        "visible_devices_env": info.visible_devices_env,
+        "compile_supported": compile_supported,
+        "compile_reason": compile_reason,
+        "selected": found.selection is not None and found.selection.backend is backend,
+    }
+
+
+def details(record: BackendRecord, found: Gathered) -> BackendDetails:
+    """Return everything known about ``record``: its row plus env prefixes, process group and hook owners."""
+    from trinity.device import spec
+    from trinity.device.facade import process_group_backend_for
+
+    backend = record.backend if record.status == "ok" else None
+    prefixes: list[str] | None = None
+    process_group: str | None = None
+    hooks: dict[str, str] | None = None
+    if backend is not None:
+        hooks = {name: "backend" if backend.implements(name) else "default" for name in spec.SINGLE_ANSWER_HOOKS}
+        hooks["trinity_doctor"] = "backend+default" if backend.implements("trinity_doctor") else "default"
+        prefixes = list(backend.info.worker_env_prefixes)
+        process_group = process_group_backend_for(backend)
+    return {
+        **backend_row(record, found),
+        "worker_env_prefixes": prefixes,
+        "process_group_backend": process_group,
+        "hooks": hooks,
+        "selection": selected_json(found),
+        "selection_error": _one_line(found.selection_error),
+    }
+
+
+def find_record(records: Sequence[BackendRecord], name: str) -> BackendRecord:
+    """Return the record called ``name`` (aliases such as ``gpu`` accepted, case ignored).
+
+    A record that clashes with a built-in name is also reachable as
+    ``NAME@DISTRIBUTION``. Raises :class:`CLIError` (exit 2) listing the
+    installed names when there is none.
+    """
+    from trinity.device.selection import normalise_choice
+
+    wanted = normalise_choice(name) or name.strip().lower()
+    matches = [record for record in records if record.name.lower() == wanted]
+    if matches:
+        return next((record for record in matches if record.status == "ok"), matches[0])
+    for record in records:
+        if f"{record.name}@{record.distribution}".lower() == wanted:
+            return record
+    raise CLIError(f"no backend named {name!r}; installed: {installed_names(records)}", EXIT_USAGE)
+
+
+def installed_names(records: Sequence[BackendRecord]) -> str:
+    """Return ``"cpu, cuda, npu (broken)"``: every installed name, broken ones marked."""
+    names = sorted({r.name + ("" if r.status == "ok" else " (broken)") for r in records})
+    return ", ".join(names) or "none"
+
+
+def checks(record: BackendRecord, found_timeout_s: float) -> CheckReport:
+    """Run the checks of ``record``: whether it loaded, its probe, then every doctor check."""
+    from trinity.device.types import DoctorCheck
+
+    findings: list[DoctorCheck] = []
+    backend = record.backend if record.status == "ok" else None
+    if backend is None:
+        findings.append(
+            DoctorCheck("load", "fail", record.error or "the backend could not be loaded",
+                        fix=f"reinstall or upgrade {record.distribution}, or uninstall it")
+        )
+    else:
+        probe = backend.probe(found_timeout_s)
+        if probe.available:
+            detail = f"available, {probe.device_count} device(s)" + (f"; {probe.reason}" if probe.reason else "")
+            findings.append(DoctorCheck("probe", "ok", detail))
+        else:
+            findings.append(DoctorCheck("probe", "fail", f"not available: {probe.reason or 'no reason given'}"))
+        try:
+            findings.extend(backend.doctor())
+        except Exception as exc:  # noqa: BLE001 - a misbehaving doctor is a finding, not a crash
+            detail = f"running the doctor checks raised {type(exc).__name__}: {_one_line(exc)}"
+            fix = f"report this to the maintainers of {record.distribution}"
+            findings.append(DoctorCheck("doctor", "fail", detail, fix=fix))
+    entries: list[CheckJSON] = [
+        {"name": c.name, "status": c.status, "detail": c.detail, "fix": c.fix, "facts": dict(c.facts)}
+        for c in findings
+    ]
+    return {
+        "backend": record.name,
+        "distribution": f"{record.distribution} {record.version}".strip(),
+        "checks": entries,
+        "ok": all(entry["status"] != "fail" for entry in entries),
+    }
+
+
+def _compile_support(backend: Backend) -> tuple[bool | None, str | None]:
+    try:
+        support = backend.compile_support()
+    except Exception as exc:  # noqa: BLE001 - a plugin's fault is shown, not raised
+        return None, f"trinity_torch_compile_support raised {type(exc).__name__}: {_one_line(exc)}"
+    return support.supported, support.reason or None
+
+
+def _one_line(exc: BaseException | None) -> str | None:
+    if exc is None:
+        return None
+    text = " ".join(part.strip() for part in str(exc).splitlines() if part.strip())
+    return text or type(exc).__name__
