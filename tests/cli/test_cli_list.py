@@ -91,7 +91,7 @@ def _same_name_twice(site: Path) -> None:
     [
         pytest.param(_import_raises, "import of fake_importfail failed: RuntimeError: vendor lib missing",
                      id="import-raises"),
-        pytest.param(_unknown_hook, "does not match the DeviceBackend spec: unknown hook 'trinity_frobnicate'",
+        pytest.param(_unknown_hook, "does not match the DeviceBackend spec: unknown hook(s) trinity_frobnicate",
                      id="unknown-hook"),
         pytest.param(_wrong_argument,
                      "Argument(s) {'rank'} are declared in the hookimpl but can not be found in the hookspec",

@@ -8,6 +8,7 @@ backend's or the default) and stores it as an attribute. Calling
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -40,6 +41,37 @@ def _adapt(impl: pluggy.HookImpl, spec_argnames: tuple[str, ...]) -> Callable[..
     return call_with_subset
 
 
+class _ProbeWorkers:
+    """A few daemon threads that run probes, so probing 50 backends costs no 50 thread starts.
+
+    Daemon threads, so a hung probe cannot keep the interpreter alive at exit;
+    a hung probe holds one worker, and the others carry on with the queue.
+    """
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+
+    def submit(self, job: Callable[[], None]) -> None:
+        self._jobs.put(job)
+        with self._lock:
+            alive = [t for t in self._threads if t.is_alive()]
+            if len(alive) < self._size:
+                thread = threading.Thread(target=self._work, name=f"trinity-probe-{len(alive)}", daemon=True)
+                thread.start()
+                alive.append(thread)
+            self._threads = alive
+
+    def _work(self) -> None:
+        while True:
+            self._jobs.get()()
+
+
+_PROBE_WORKERS = _ProbeWorkers(size=8)
+
+
 def _spec_argnames(caller: pluggy.HookCaller) -> tuple[str, ...]:
     assert caller.spec is not None, f"{caller.name} has no specification"
     return tuple(caller.spec.argnames)
@@ -69,7 +101,7 @@ class Backend:
         self._defaults = DefaultHooks(info)
         self._probe: ProbeResult | None = None
         self._probe_lock = threading.Lock()
-        self._probe_thread: threading.Thread | None = None
+        self._probe_done: threading.Event | None = None
         self._probe_started = 0.0
         self._resolved: dict[str, Callable[..., Any]] = {}
         for hook_name in spec.SINGLE_ANSWER_HOOKS:
@@ -85,7 +117,7 @@ class Backend:
     def _resolve(self, hook_name: str) -> Callable[..., Any]:
         """Return the backend's implementation of ``hook_name``, else the default's."""
         caller = getattr(self._manager.hook, hook_name)
-        impls = caller.get_hookimpls()
+        impls = self._own_impls(caller)
         if impls:
             # pluggy orders implementations so the last one is called first.
             return _adapt(impls[-1], _spec_argnames(caller))
@@ -99,31 +131,32 @@ class Backend:
     def implements(self, hook_name: str) -> bool:
         """Return whether the backend itself (not the default) implements ``hook_name``."""
         caller = getattr(self._manager.hook, hook_name, None)
-        return caller is not None and bool(caller.get_hookimpls())
+        return caller is not None and bool(self._own_impls(caller))
+
+    def _own_impls(self, caller: pluggy.HookCaller) -> list[pluggy.HookImpl]:
+        """This backend's implementations of one hook (the manager may hold other backends)."""
+        return [impl for impl in caller.get_hookimpls() if impl.plugin is self.plugin]
 
     def start_probe(self) -> None:
-        """Start the probe in the background (no-op when started already); see :meth:`probe`."""
+        """Queue the probe on the background probe workers (no-op when queued already); see :meth:`probe`."""
         with self._probe_lock:
-            if self._probe_thread is None and self._probe is None:
-                # A daemon thread, so a hung probe cannot keep the interpreter alive at exit.
-                self._probe_thread = threading.Thread(
-                    target=self._run_probe, name=f"trinity-probe-{self.name}", daemon=True
-                )
+            if self._probe_done is None:
+                self._probe_done = threading.Event()
                 self._probe_started = time.monotonic()
-                self._probe_thread.start()
+                _PROBE_WORKERS.submit(self._run_probe)
 
     def probe(self, timeout_s: float = DEFAULT_PROBE_TIMEOUT_S) -> ProbeResult:
         """Return the probe's answer, computed once per process and bounded by ``timeout_s``.
 
-        The limit counts from the probe's start, so probes started together
-        with :meth:`start_probe` share one deadline. A probe that raises,
-        returns the wrong type or does not answer in time yields an
-        unavailable result that says so; this never raises.
+        The limit counts from :meth:`start_probe`, so probes started together
+        share one deadline. A probe that raises, returns the wrong type or
+        does not answer in time yields an unavailable result that says so;
+        this never raises.
         """
         self.start_probe()
-        thread = self._probe_thread
-        if thread is not None:
-            thread.join(max(0.0, self._probe_started + timeout_s - time.monotonic()))
+        done = self._probe_done
+        if done is not None:
+            done.wait(max(0.0, self._probe_started + timeout_s - time.monotonic()))
         with self._probe_lock:
             if self._probe is None:
                 # The verdict sticks: a late answer must not change what was already decided.
@@ -142,6 +175,8 @@ class Backend:
         with self._probe_lock:
             if self._probe is None:
                 self._probe = result
+        if self._probe_done is not None:
+            self._probe_done.set()
 
     def compile_support(self) -> CompileSupport:
         """Return whether ``torch.compile`` works on this backend's device."""
@@ -168,7 +203,7 @@ class Backend:
         checks: list[DoctorCheck] = []
         caller = self._manager.hook.trinity_doctor
         answers: list[tuple[str, Callable[[], Any]]] = [
-            ("backend", _adapt(impl, _spec_argnames(caller))) for impl in reversed(caller.get_hookimpls())
+            ("backend", _adapt(impl, _spec_argnames(caller))) for impl in reversed(self._own_impls(caller))
         ]
         answers.append(("core", self._defaults.trinity_doctor))
         for owner, run_checks in answers:

@@ -72,13 +72,24 @@ class _TrinityPluginManager(pluggy.PluginManager):
 _HOOK_PREFIX = f"{spec.PROJECT_NAME}_"
 
 
-def load_plugin(plugin: object, expected_name: str | None = None) -> Backend:
+def new_manager() -> pluggy.PluginManager:
+    """Return a plugin manager that knows the DeviceBackend spec; one serves a whole discovery."""
+    manager = _TrinityPluginManager(spec.PROJECT_NAME)
+    manager.add_hookspecs(spec)
+    return manager
+
+
+def load_plugin(
+    plugin: object, expected_name: str | None = None, manager: pluggy.PluginManager | None = None
+) -> Backend:
     """Validate ``plugin`` against the spec and return it as a :class:`Backend`.
 
+    ``manager`` (from :func:`new_manager`) may be shared by the backends of one
+    discovery; each backend only ever answers with its own implementations.
     Raises :class:`PluginRejected` with a one-line reason when the plugin
     implements an unknown hook, uses an argument the spec does not declare,
     lacks a required hook, targets an unsupported spec version, or reports
-    a name other than ``expected_name``.
+    a name other than ``expected_name``; a rejected plugin is unregistered.
     """
     if inspect.isclass(plugin):
         cls = plugin
@@ -87,27 +98,38 @@ def load_plugin(plugin: object, expected_name: str | None = None) -> Backend:
         except Exception as exc:
             raise PluginRejected(f"instantiating {cls.__name__} raised {type(exc).__name__}: {exc}") from exc
     _reject_unmarked_hooks(plugin)
-    manager = _TrinityPluginManager(spec.PROJECT_NAME)
-    manager.add_hookspecs(spec)
+    manager = manager or new_manager()
     try:
-        manager.register(plugin, name="backend")
-        manager.check_pending()
+        manager.register(plugin, name=f"backend-{id(plugin)}")
     except pluggy.PluginValidationError as exc:
         raise PluginRejected(f"does not match the DeviceBackend spec: {_first_line(exc)}") from exc
-    except ValueError as exc:  # pluggy: plugin already registered / name clash
-        raise PluginRejected(str(exc)) from exc
+    except ValueError as exc:  # pluggy: this very object is registered already
+        raise PluginRejected(f"is already loaded under another backend name ({exc})") from exc
+    try:
+        return _validated(plugin, expected_name, manager)
+    except PluginRejected:
+        manager.unregister(plugin)
+        raise
 
-    own = {caller.name for caller in manager.get_hookcallers(plugin) or []}
+
+def _validated(plugin: object, expected_name: str | None, manager: pluggy.PluginManager) -> Backend:
+    callers = manager.get_hookcallers(plugin) or []
+    unknown = sorted(caller.name for caller in callers if not caller.has_spec())
+    if unknown:
+        raise PluginRejected(
+            f"does not match the DeviceBackend spec: unknown hook(s) {', '.join(unknown)} "
+            f"(this trinity-rft speaks spec {spec.SPEC_VERSION}; see trinity/device/spec.py)"
+        )
+    own = {caller.name for caller in callers}
     missing = [hook for hook in spec.REQUIRED_HOOKS if hook not in own]
     if missing:
         raise PluginRejected(f"does not implement the required hook(s) {', '.join(missing)}")
-
+    info_impls = [impl for impl in manager.hook.trinity_backend_info.get_hookimpls() if impl.plugin is plugin]
     try:
-        info = manager.hook.trinity_backend_info()
+        info = info_impls[-1].function()
     except Exception as exc:
         raise PluginRejected(f"trinity_backend_info raised {type(exc).__name__}: {exc}") from exc
-    _check_info(info, expected_name)
-    return Backend(plugin, manager, info)
+    return Backend(plugin, manager, _checked_info(info, expected_name))
 
 
 def _reject_unmarked_hooks(plugin: object) -> None:
@@ -120,7 +142,8 @@ def _reject_unmarked_hooks(plugin: object) -> None:
             raise PluginRejected(f"{attr} is not marked with @trinity.device.hookimpl, so it would be ignored")
 
 
-def _check_info(info: object, expected_name: str | None) -> None:
+def _checked_info(info: object, expected_name: str | None) -> BackendInfo:
+    """Return ``info`` once it is a well-formed BackendInfo for ``expected_name``."""
     if not isinstance(info, BackendInfo):
         raise PluginRejected(f"trinity_backend_info returned {type(info).__name__}, expected BackendInfo")
     if expected_name is not None and info.name != expected_name:
@@ -152,6 +175,7 @@ def _check_info(info: object, expected_name: str | None) -> None:
         value = getattr(info, field_name)
         if value is not None and (not isinstance(value, str) or not value):
             raise PluginRejected(f"BackendInfo.{field_name} must be None or a non-empty string")
+    return info
 
 
 def _first_line(exc: BaseException) -> str:
@@ -159,7 +183,7 @@ def _first_line(exc: BaseException) -> str:
     return " ".join(text.split())
 
 
-def builtin_records() -> list[BackendRecord]:
+def builtin_records(manager: pluggy.PluginManager | None = None) -> list[BackendRecord]:
     """Return the record of the built-in CPU backend."""
     from trinity import __version__
     from trinity.device.backends import cpu
@@ -171,7 +195,7 @@ def builtin_records() -> list[BackendRecord]:
             version=__version__,
             target=cpu.__name__,
             status="ok",
-            backend=load_plugin(cpu, expected_name="cpu"),
+            backend=load_plugin(cpu, expected_name="cpu", manager=manager),
         )
     ]
 
@@ -181,7 +205,8 @@ def discover(entry_points_found: Iterable[EntryPoint] | None = None) -> dict[str
 
     ``entry_points_found`` replaces the installed entry points (for tests).
     """
-    records = {record.name: record for record in builtin_records()}
+    manager = new_manager()
+    records = {record.name: record for record in builtin_records(manager)}
     found = list(entry_points(group=spec.ENTRY_POINT_GROUP) if entry_points_found is None else entry_points_found)
     by_name: dict[str, list[EntryPoint]] = defaultdict(list)
     seen: set[tuple[str, str, str]] = set()
@@ -207,11 +232,11 @@ def discover(entry_points_found: Iterable[EntryPoint] | None = None) -> dict[str
                 distribution=", ".join(sorted(_dist_name(ep) for ep in eps)),
             )
             continue
-        records[name] = _load_entry_point(eps[0])
+        records[name] = _load_entry_point(eps[0], manager)
     return records
 
 
-def _load_entry_point(ep: EntryPoint) -> BackendRecord:
+def _load_entry_point(ep: EntryPoint, manager: pluggy.PluginManager) -> BackendRecord:
     try:
         plugin = ep.load()
     except BaseException as exc:
@@ -219,7 +244,7 @@ def _load_entry_point(ep: EntryPoint) -> BackendRecord:
             raise
         return _broken(ep, f"import of {ep.value} failed: {type(exc).__name__}: {_first_line(exc)}")
     try:
-        backend = load_plugin(plugin, expected_name=ep.name)
+        backend = load_plugin(plugin, expected_name=ep.name, manager=manager)
     except PluginRejected as exc:
         return _broken(ep, f"{ep.value} {exc}")
     return BackendRecord(
