@@ -115,10 +115,14 @@ def test_manual_seed_seeds_torch_and_every_npu(backend: Any) -> None:
     assert torch.equal(first, torch.rand(3))
 
 
-def test_synchronize_is_a_direct_call(backend: Any) -> None:
-    assert backend.synchronize is plugin.trinity_synchronize
+def test_default_device_calls_go_through_torch_npu(backend: Any) -> None:
     backend.set_device(1)
-    assert backend.synchronize() is None
+    assert "torch_npu" in sys.modules, "set_device must import torch_npu through trinity_device_module"
+    assert backend.device_module() is sys.modules["torch_npu"].npu
+    assert backend.current_device_index() == 1
+    backend.synchronize()
+    with pytest.raises(Exception, match="16"):
+        backend.set_device(16)
 
 
 def test_double_is_undone_for_the_other_backends(npu_machine: Any, doubles: Any) -> None:

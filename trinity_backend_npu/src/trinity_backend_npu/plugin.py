@@ -3,9 +3,9 @@
 Loading this module, its info and its probe import neither torch nor
 torch_npu. Hooks that need the device reach torch_npu through
 :func:`trinity_backend_npu.runtime.device_module`, which imports it on first
-use. Every device hook is implemented here (not left to the core defaults)
-because the defaults look ``torch.npu`` up directly, which exists only after
-torch_npu has been imported.
+use. Because ``trinity_device_module`` is implemented, the core's defaults
+for ``set_device``, ``synchronize``, ``empty_cache``, memory figures and
+seeding call ``torch.npu`` through it, so they are not repeated here.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from trinity.device.spec import hookimpl
-from trinity.device.types import BackendInfo, CompileSupport, DoctorCheck, MemoryStats, ProbeResult
+from trinity.device.types import BackendInfo, CompileSupport, DoctorCheck, ProbeResult
 from trinity_backend_npu import doctor as _doctor
 from trinity_backend_npu import probe as _probe
 from trinity_backend_npu import runtime as _runtime
@@ -45,50 +45,6 @@ def trinity_torch_compile_support() -> CompileSupport:
 def trinity_device_module() -> ModuleType:
     """Return ``torch.npu``, importing torch_npu on first use."""
     return _runtime.device_module()
-
-
-@hookimpl
-def trinity_set_device(local_rank: int) -> None:
-    """Make NPU ``local_rank`` (among the visible ones) current."""
-    _runtime.device_module().set_device(local_rank)
-
-
-@hookimpl
-def trinity_current_device_index() -> int:
-    """Return the index of the current NPU among the visible ones."""
-    return int(_runtime.device_module().current_device())
-
-
-@hookimpl
-def trinity_synchronize() -> None:
-    """Wait for all work queued on the current NPU."""
-    _runtime.device_module().synchronize()
-
-
-@hookimpl
-def trinity_empty_cache() -> None:
-    """Return cached, unused NPU memory to the driver."""
-    _runtime.device_module().empty_cache()
-
-
-@hookimpl
-def trinity_memory_stats() -> MemoryStats:
-    """Return allocated, reserved, total and free memory of the current NPU."""
-    module = _runtime.device_module()
-    free, total = (int(x) for x in module.mem_get_info())
-    return MemoryStats(
-        allocated=int(module.memory_allocated()), reserved=int(module.memory_reserved()), total=total, free=free
-    )
-
-
-@hookimpl
-def trinity_manual_seed(seed: int) -> None:
-    """Seed torch's CPU generator and the generators of every NPU."""
-    module = _runtime.device_module()
-    import torch
-
-    torch.manual_seed(seed)
-    module.manual_seed_all(seed)
 
 
 @hookimpl
