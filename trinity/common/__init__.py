@@ -1,0 +1,1 @@
+"""Pieces shared by the explorer, buffer and trainer: registry, config, experiences."""

@@ -1,0 +1,1 @@
+"""Models: the tiny offline model builder, inference engines and their placement."""

@@ -1,0 +1,115 @@
+"""The inference-engine contract shared by the ``hf`` and ``vllm`` engines.
+
+Workflows and the synchronizer only ever use these methods, so they cannot
+tell the engines apart. Engines run as Ray actors; every method is also
+callable in-process (tests, single-process debugging).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample one request."""
+
+    #: 0 means greedy.
+    temperature: float = 1.0
+    top_p: float = 1.0
+    #: 0 disables top-k.
+    top_k: int = 0
+    #: New tokens at most.
+    max_tokens: int = 64
+    #: Completions per prompt.
+    n: int = 1
+    #: Extra stop strings (the tokenizer's EOS always stops).
+    stop: tuple[str, ...] = ()
+    #: Seed for reproducible sampling; None: engine's generator.
+    seed: int | None = None
+
+
+@dataclass
+class Completion:
+    """One sampled continuation of one prompt."""
+
+    #: Prompt token ids (after the chat template and left truncation).
+    prompt_tokens: torch.Tensor
+    #: Generated token ids (EOS included when generated, no padding).
+    response_tokens: torch.Tensor
+    #: Log-prob of each generated token under the sampling policy (temperature-scaled logits).
+    logprobs: torch.Tensor
+    #: Decoded response text (special tokens skipped).
+    text: str
+    #: ``stop`` (EOS/stop string) or ``length``.
+    finish_reason: str
+    #: Weights version that produced it.
+    model_version: int
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TensorMeta:
+    """Name, dtype and shape of one weight tensor, sent ahead of a broadcast."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class WeightSyncGroupInfo:
+    """How an engine joins the trainer's weight-sync process group (see ``trinity.synchronizer``)."""
+
+    master_addr: str
+    master_port: int
+    #: Trainer rank 0 is rank 0; engine ``i`` is rank ``rank_offset + i``.
+    world_size: int
+    rank_offset: int
+    group_name: str
+    #: torch.distributed backend: the device backend's collective (``gloo``/``nccl``/``hccl``).
+    backend: str
+    timeout_s: float
+
+
+@runtime_checkable
+class InferenceEngine(Protocol):
+    """What every rollout engine offers."""
+
+    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[list[Completion]]:
+        """Sample ``params.n`` completions for each raw prompt string (no chat template)."""
+        ...
+
+    def chat(
+        self, conversations: Sequence[Sequence[Mapping[str, str]]], params: SamplingParams
+    ) -> list[list[Completion]]:
+        """Apply the chat template with a generation prompt, then sample like :meth:`generate`."""
+        ...
+
+    def model_version(self) -> int:
+        """Return the version of the weights currently loaded."""
+        ...
+
+    def init_weight_sync(self, info: WeightSyncGroupInfo, engine_index: int) -> None:
+        """Join the trainer's weight-sync group as rank ``info.rank_offset + engine_index``."""
+        ...
+
+    def receive_weights(self, metas: Sequence[TensorMeta], version: int, bucket_bytes: int) -> None:
+        """Receive a broadcast of tensors ``metas`` from rank 0, load them, set the version."""
+        ...
+
+    def load_checkpoint_weights(self, folder: str, version: int) -> None:
+        """Load safetensors weights written by the checkpoint sync method."""
+        ...
+
+    def load_state_dict(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
+        """Load weights handed over through the Ray object store (memory sync method)."""
+        ...
+
+    def state_dict_checksum(self) -> str:
+        """Return a checksum of the current weights (tests compare it with the trainer's)."""
+        ...
