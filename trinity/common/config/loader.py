@@ -119,8 +119,9 @@ def build(cls: type[T], raw: Any, path: str) -> T:
     for key, value in raw.items():
         dotted = f"{path}.{key}" if path else str(key)
         if key not in fields:
-            close = difflib.get_close_matches(str(key), list(fields), n=1, cutoff=0.6)
-            hint = f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(fields)}"
+            close = difflib.get_close_matches(str(key), list(fields), n=2, cutoff=0.6)
+            options = " or ".join(repr(c) for c in close)
+            hint = f"; did you mean {options}?" if close else f"; known keys: {', '.join(fields)}"
             raise ConfigError(f"{dotted}: unknown key{hint}")
         values[key] = _convert(hints[key], value, dotted)
     return cls(**values)

@@ -1,0 +1,105 @@
+"""Checks of a config against the selected device backend and the Ray cluster's resources.
+
+Every device decision comes from the backend: the Ray resource key devices are
+counted by, whether ``torch.compile`` is allowed, which collective ``online``
+means. Errors are :class:`ConfigError` naming the dotted path, what was asked
+and what exists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from trinity.common.config.loader import ConfigError
+from trinity.common.config.schema import Config
+from trinity.common.constants import SyncMethod, SyncMethodError
+from trinity.device.backend import Backend
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How the run's processes are laid out on the cluster."""
+
+    #: Ray resource one device is counted by; None on the CPU backend.
+    resource_key: str | None
+    #: Devices (or CPU bundles) each engine takes: tensor_parallel_size.
+    devices_per_engine: int
+    #: Engines.
+    engines: int
+    #: Trainer processes.
+    trainers: int
+    #: CPUs reserved per bundle.
+    cpus_per_bundle: int
+    #: The resolved sync method.
+    sync_method: SyncMethod
+    #: Whether the trainer compiles the model.
+    use_torch_compile: bool
+
+
+def resolve_layout(config: Config, backend: Backend, cluster_resources: Mapping[str, float]) -> Layout:
+    """Return the layout for ``config`` on ``backend`` given ``ray.cluster_resources()``; raise ConfigError."""
+    info = backend.info
+    try:
+        sync_method = SyncMethod.parse(config.synchronizer.sync_method, collective=info.collective_backend)
+    except SyncMethodError as exc:
+        raise ConfigError(f"synchronizer.sync_method: {exc}") from None
+
+    support = backend.compile_support()
+    use_compile = config.trainer.use_torch_compile
+    if use_compile is None:
+        use_compile = support.supported
+    elif use_compile and not support.supported:
+        raise ConfigError(
+            f"trainer.use_torch_compile: true is not supported on the {info.name} backend: {support.reason}; "
+            "set it to false or remove it"
+        )
+
+    if config.explorer.engine_type == "vllm" and info.ray_resource_key is None:
+        raise ConfigError(
+            f"explorer.engine_type: vllm needs an accelerator, but the selected device backend is {info.name!r}; "
+            "use engine_type: hf on this machine"
+        )
+
+    engines = config.explorer.engine_num if config.mode in ("both", "explore", "bench") else 0
+    trainers = config.trainer.trainer_num if config.mode in ("both", "train") else 0
+    tp = config.explorer.tensor_parallel_size
+    key = info.ray_resource_key
+    cpus = config.cluster.cpus_per_bundle
+    if key is not None:
+        asked = engines * tp + trainers
+        have = float(cluster_resources.get(key, 0))
+        per_node = config.cluster.devices_per_node
+        declared = config.cluster.node_num * per_node
+        if tp > per_node:
+            raise ConfigError(
+                f"explorer.tensor_parallel_size: {tp} devices per engine but cluster.devices_per_node is {per_node}; "
+                "an engine must fit on one node"
+            )
+        if asked > declared:
+            raise ConfigError(
+                f"cluster: the run asks for {asked} {key} ({engines} engine(s) x {tp} + {trainers} trainer(s)) but "
+                f"cluster.node_num x devices_per_node = {declared}; lower explorer.engine_num/trainer.trainer_num "
+                "or raise the cluster size"
+            )
+        if asked > have:
+            raise ConfigError(
+                f"cluster: the run asks for {asked} {key} but the Ray cluster has {have:g}; "
+                f"check `ray status`, or lower explorer.engine_num/trainer.trainer_num"
+            )
+    bundles = engines * tp + trainers
+    have_cpus = float(cluster_resources.get("CPU", 0))
+    if bundles * cpus > have_cpus:
+        raise ConfigError(
+            f"cluster.cpus_per_bundle: {bundles} bundle(s) x {cpus} CPU = {bundles * cpus} CPUs asked but the "
+            f"Ray cluster has {have_cpus:g}; lower cluster.cpus_per_bundle or the number of engines/trainers"
+        )
+    return Layout(
+        resource_key=key,
+        devices_per_engine=tp,
+        engines=engines,
+        trainers=trainers,
+        cpus_per_bundle=cpus,
+        sync_method=sync_method,
+        use_torch_compile=bool(use_compile),
+    )

@@ -1,0 +1,86 @@
+"""Connecting to Ray: the configured cluster, a running local one, or a fresh local one.
+
+A bare ``ray.init()`` follows ``/tmp/ray/ray_current_cluster`` even after that
+cluster died and then fails; here a recorded cluster is used only when its
+GCS port answers, otherwise a fresh local instance is started.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+CURRENT_CLUSTER_FILE = Path("/tmp/ray/ray_current_cluster")
+
+
+class RayConnectionError(RuntimeError):
+    """Ray could not be reached or started; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class RayConnection:
+    """How this process is connected to Ray."""
+
+    #: The address connected to ("local" for a fresh local instance).
+    address: str
+    #: True when this process started the cluster (and should shut it down).
+    started_here: bool
+
+
+def _answers(address: str, timeout_s: float = 1.0) -> bool:
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def running_local_cluster() -> str | None:
+    """Return the GCS address of a live local cluster recorded by Ray, or None."""
+    try:
+        address = CURRENT_CLUSTER_FILE.read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    return address if address and _answers(address) else None
+
+
+def connect(address: str = "", num_cpus: int | None = None, **init_kwargs: Any) -> RayConnection:
+    """Connect to Ray at ``address``, else to ``RAY_ADDRESS``, else to a live local cluster, else start one.
+
+    Raises :class:`RayConnectionError` when a given address cannot be reached.
+    """
+    import ray
+
+    if ray.is_initialized():
+        return RayConnection(address="existing", started_here=False)
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    target = address or os.environ.get("RAY_ADDRESS", "")
+    kwargs = {"include_dashboard": False, "logging_level": "WARNING", "log_to_driver": True, **init_kwargs}
+    if target and target not in ("local", "auto"):
+        try:
+            ray.init(address=target, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - Ray raises many types here
+            raise RayConnectionError(
+                f"cannot connect to the Ray cluster at {target!r} ({type(exc).__name__}: "
+                f"{str(exc).splitlines()[0] if str(exc) else 'no detail'}); check cluster.ray_address / RAY_ADDRESS "
+                "and that `ray status` works there, or leave cluster.ray_address empty to start a local cluster"
+            ) from None
+        return RayConnection(address=target, started_here=False)
+    live = running_local_cluster() if target != "local" else None
+    if live:
+        ray.init(address=live, **kwargs)
+        return RayConnection(address=live, started_here=False)
+    ray.init(address="local", num_cpus=num_cpus, **kwargs)
+    return RayConnection(address="local", started_here=True)
+
+
+def disconnect(connection: RayConnection) -> None:
+    """Shut Ray down in this process (the cluster too when it was started here)."""
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
