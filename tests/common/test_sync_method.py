@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-import trinity.device as device
 from tests.device import plugins
+from trinity import device
 from trinity.common.constants import SyncMethod, SyncMethodError
 
 
