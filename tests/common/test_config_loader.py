@@ -66,7 +66,9 @@ def test_missing_environment_variable_without_default() -> None:
 
 def test_load_config_reports_the_file(tmp_path: Path) -> None:
     good = tmp_path / "good.yaml"
-    good.write_text("model:\n  model_path: m\nbuffer:\n  train_tasks:\n    path: t.jsonl\ntrainer:\n  save_interval: 3\n")
+    good.write_text(
+        "model:\n  model_path: m\nbuffer:\n  train_tasks:\n    path: t.jsonl\ntrainer:\n  save_interval: 3\n"
+    )
     assert load_config(good, overrides={"trainer.save_interval": 5}).trainer.save_interval == 5
     bad = tmp_path / "bad.yaml"
     bad.write_text("model:\n  model_path: [unclosed\n")

@@ -68,7 +68,7 @@ def test_explicit_compile_refused_with_the_backends_reason() -> None:
 
 def test_sync_method_of_another_device_is_refused() -> None:
     cfg = config(synchronizer={"sync_method": "nccl"}, cluster={"devices_per_node": 8})
-    with pytest.raises(ConfigError, match="synchronizer.sync_method: .* collective is 'gloo'"):
+    with pytest.raises(ConfigError, match=r"synchronizer\.sync_method: .* collective is 'gloo'"):
         resolve_layout(cfg, NPU, {"NPU": 8, "CPU": 8})
 
 
