@@ -1,0 +1,32 @@
+"""Names shared by everything that logs or reads metrics: phases, metric keys, files in the run folder.
+
+Producers (explorer, trainer, synchronizer) log with these keys so that the
+console display and the reward plot find them; any other key is logged too,
+just not singled out.
+"""
+
+from __future__ import annotations
+
+#: Phase of trainer updates.
+PHASE_TRAIN = "train"
+#: Phase of rollout generation (the explorer).
+PHASE_EXPLORE = "explore"
+#: Phase of evaluations on held-out task sets.
+PHASE_EVAL = "eval"
+#: Phases whose reward makes the training curve, in order of preference.
+TRAIN_PHASES: tuple[str, ...] = (PHASE_TRAIN, PHASE_EXPLORE)
+
+#: Mean reward of the step's rollouts (or of an evaluation). An evaluation of a named
+#: task set may prefix it: ``"gsm8k/reward/mean"``.
+REWARD_MEAN = "reward/mean"
+#: Generated (or trained) tokens per second.
+TOKENS_PER_SECOND = "perf/tokens_per_s"
+#: Seconds the last weight synchronisation took.
+SYNC_SECONDS = "time/sync_s"
+
+#: Metrics as JSON lines, in the run folder.
+METRICS_FILE = "metrics.jsonl"
+#: TensorBoard event files, a folder in the run folder.
+TENSORBOARD_DIR = "tensorboard"
+#: The reward curve written at the end of a run, in the run folder.
+REWARD_PLOT_FILE = "reward_curve.png"

@@ -1,0 +1,216 @@
+"""The :class:`Monitor` façade: one ``log`` call fanned out to every enabled sink.
+
+::
+
+    monitor = Monitor.for_run(config)                    # or Monitor(config.monitor, run_dir, total_steps=...)
+    monitor.log({REWARD_MEAN: 0.4, "loss": 1.2}, step=1, phase="train")
+    monitor.close()                                      # flushes everything, draws reward_curve.png
+
+A sink that fails while logging is reported once (a warning) and dropped, so
+monitoring never stops a run; a sink that cannot start is an error at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import numbers
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TextIO
+
+from trinity.common.config.schema import Config, MonitorConfig
+
+# The sink modules register themselves in MONITOR_SINKS when imported.
+from trinity.monitor import console_sink, jsonl_sink, tensorboard_sink, wandb_sink  # noqa: F401
+from trinity.monitor.keys import METRICS_FILE, REWARD_PLOT_FILE
+from trinity.monitor.records import MetricRecord, to_metrics
+from trinity.monitor.sink import MONITOR_SINKS, MonitorError, Sink, SinkContext
+
+logger = logging.getLogger(__name__)
+
+#: ``MonitorConfig`` flag to sink name, in the order sinks are started (wandb first: it is the one
+#: most likely to be missing, and failing before any file is written leaves the run folder clean).
+CONFIG_SINKS: tuple[tuple[str, str], ...] = (
+    ("wandb", "wandb"),
+    ("jsonl", "jsonl"),
+    ("tensorboard", "tensorboard"),
+    ("progress", "console"),
+)
+
+
+def enabled_sinks(config: MonitorConfig) -> list[str]:
+    """Return the names of the sinks ``config`` turns on, in start order."""
+    return [sink for flag, sink in CONFIG_SINKS if getattr(config, flag)]
+
+
+def run_dir_of(config: Config) -> Path:
+    """Return the run folder of ``config``: ``<checkpoint_root_dir>/<project>/<name>``."""
+    return Path(config.checkpoint_root_dir) / config.project / config.name
+
+
+class Monitor:
+    """Logs metrics to the sinks a :class:`MonitorConfig` enables, under one run folder.
+
+    ``extra_sinks`` names further sinks registered in
+    :data:`~trinity.monitor.sink.MONITOR_SINKS`. ``stream`` is where the
+    console sink writes (standard output by default). Usable as a context
+    manager (closed on exit).
+    """
+
+    def __init__(
+        self,
+        config: MonitorConfig,
+        run_dir: str | Path,
+        *,
+        total_steps: int | None = None,
+        project: str = "trinity",
+        name: str = "run",
+        run_config: Mapping[str, Any] | None = None,
+        extra_sinks: Sequence[str] = (),
+        stream: TextIO | None = None,
+    ) -> None:
+        self.config = config
+        #: The run folder; sinks write under it.
+        self.run_dir = Path(run_dir)
+        self.title = f"{project}/{name} reward"
+        context = SinkContext(
+            run_dir=self.run_dir,
+            total_steps=total_steps if total_steps and total_steps > 0 else None,
+            project=project,
+            name=name,
+            run_config=dict(run_config or {}),
+            stream=stream,
+        )
+        names = list(dict.fromkeys([*enabled_sinks(config), *(n.strip().lower() for n in extra_sinks)]))
+        factories = [(n, MONITOR_SINKS.get(n)) for n in names]  # unknown names fail before anything starts
+        self._sinks: dict[str, Sink] = {}
+        try:
+            for sink_name, factory in factories:
+                self._sinks[sink_name] = factory(context)
+        except BaseException:
+            self._close_sinks()
+            raise
+        #: The metrics file when the ``jsonl`` sink started (the plot's source).
+        self._metrics_file = self.run_dir / METRICS_FILE if "jsonl" in self._sinks else None
+        #: Reward points kept in memory for the plot while no metrics file is written.
+        self._reward_history: list[MetricRecord] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        #: The reward curve, once :meth:`close` has drawn it.
+        self.plot_path: Path | None = None
+
+    @classmethod
+    def for_run(cls, config: Config, **kwargs: Any) -> Monitor:
+        """Return the monitor of a whole run configuration (its folder, step count, names, settings)."""
+        kwargs.setdefault("total_steps", config.buffer.total_steps or None)
+        kwargs.setdefault("project", config.project)
+        kwargs.setdefault("name", config.name)
+        kwargs.setdefault("run_config", dataclasses.asdict(config))
+        return cls(config.monitor, run_dir_of(config), **kwargs)
+
+    @property
+    def sink_names(self) -> list[str]:
+        """Names of the sinks still receiving records."""
+        return list(self._sinks)
+
+    @property
+    def metrics_path(self) -> Path | None:
+        """The metrics JSONL file, or None when the ``jsonl`` sink is off."""
+        return self.run_dir / METRICS_FILE if "jsonl" in self._sinks else None
+
+    def log(self, metrics: Mapping[str, float | int], step: int, phase: str) -> None:
+        """Send ``metrics`` of ``step`` in ``phase`` (``train``, ``explore``, ``eval``...) to every sink.
+
+        Raises :class:`TypeError`/:class:`ValueError` for a non-number metric,
+        a negative step or an empty phase, and :class:`MonitorError` after :meth:`close`.
+        """
+        if isinstance(step, bool) or not isinstance(step, numbers.Integral) or step < 0:
+            raise ValueError(f"step must be a non-negative integer, got {step!r}")
+        step = int(step)
+        if not isinstance(phase, str) or not phase.strip():
+            raise ValueError(f"phase must be a non-empty string, got {phase!r}")
+        record = MetricRecord(step=step, phase=phase.strip(), time=time.time(), metrics=to_metrics(metrics))
+        with self._lock:
+            if self._closed:
+                raise MonitorError("cannot log to a closed monitor")
+            if self.config.plot and "jsonl" not in self._sinks:
+                self._remember_rewards(record)
+            for sink_name, sink in list(self._sinks.items()):
+                try:
+                    sink.log(record)
+                except Exception as exc:  # noqa: BLE001 - a broken sink must not stop the run; reported below
+                    self._drop(sink_name, sink, exc)
+
+    def flush(self) -> None:
+        """Push every sink's buffered data to its destination."""
+        with self._lock:
+            for sink_name, sink in list(self._sinks.items()):
+                try:
+                    sink.flush()
+                except Exception as exc:  # noqa: BLE001 - as in log()
+                    self._drop(sink_name, sink, exc)
+
+    def close(self) -> Path | None:
+        """Flush and close every sink, then draw the reward curve if ``plot`` is on; return its path.
+
+        Closing twice is harmless. A failing plot is a warning, not an error.
+        """
+        with self._lock:
+            if self._closed:
+                return self.plot_path
+            self._closed = True
+            self._close_sinks()
+        if self.config.plot:
+            self.plot_path = self._plot()
+        return self.plot_path
+
+    def _plot(self) -> Path | None:
+        from trinity.monitor.plot import plot_reward_curve
+
+        out = self.run_dir / REWARD_PLOT_FILE
+        try:
+            if self._metrics_file is not None and self._metrics_file.exists():
+                return plot_reward_curve(self._metrics_file, out, title=self.title)
+            return plot_reward_curve(self._reward_history, out, title=self.title)
+        except Exception as exc:  # noqa: BLE001 - the run is over; a missing picture is worth a warning only
+            logger.warning("could not draw the reward curve %s: %s: %s", out, type(exc).__name__, exc)
+            return None
+
+    def _remember_rewards(self, record: MetricRecord) -> None:
+        from trinity.monitor.plot import is_reward_key
+
+        rewards = {k: v for k, v in record.metrics.items() if is_reward_key(k)}
+        if rewards:
+            self._reward_history.append(dataclasses.replace(record, metrics=rewards))
+
+    def _drop(self, sink_name: str, sink: Sink, exc: Exception) -> None:
+        logger.warning(
+            "monitor sink %r failed and is turned off for the rest of the run: %s: %s",
+            sink_name, type(exc).__name__, exc,
+        )
+        del self._sinks[sink_name]
+        try:
+            sink.close()
+        except Exception:  # it already failed once; its close may fail too
+            logger.debug("closing failed sink %r failed as well", sink_name, exc_info=True)
+
+    def _close_sinks(self) -> None:
+        """Close every sink in reverse start order, each even if another fails."""
+        sinks, self._sinks = self._sinks, {}
+        for sink_name, sink in reversed(list(sinks.items())):
+            try:
+                sink.close()
+            except Exception as exc:  # noqa: BLE001 - the others must still be closed
+                logger.warning("closing monitor sink %r failed: %s: %s", sink_name, type(exc).__name__, exc)
+
+    def __enter__(self) -> Monitor:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

@@ -1,0 +1,103 @@
+"""One logged set of metrics (:class:`MetricRecord`), its JSON line, and reading a metrics file back."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import numbers
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+#: A metric value: ints stay ints; non-finite floats are written to JSON as ``null`` and read back as NaN.
+MetricValue = float | int
+
+
+def to_metric_value(key: str, value: Any) -> MetricValue:
+    """Return ``value`` as an ``int`` or ``float``; raises :class:`TypeError` naming ``key`` otherwise.
+
+    Accepts Python and numpy numbers and 0-d tensors (anything with ``.item()``
+    that gives a real number); ``bool`` becomes ``int``.
+    """
+    raw = value
+    if not isinstance(raw, numbers.Real) and hasattr(raw, "item"):
+        try:
+            raw = raw.item()
+        except (TypeError, ValueError, RuntimeError):  # a tensor with more than one element
+            raw = value
+    if isinstance(raw, numbers.Integral):
+        return int(raw)
+    if isinstance(raw, numbers.Real):
+        return float(raw)
+    raise TypeError(f"metric {key!r} must be a number, got {type(value).__name__} {value!r:.60}")
+
+
+def to_metrics(metrics: Mapping[str, Any]) -> dict[str, MetricValue]:
+    """Return ``metrics`` with string keys and number values; raises :class:`TypeError` naming a bad entry."""
+    out: dict[str, MetricValue] = {}
+    for key, value in metrics.items():
+        if not isinstance(key, str) or not key:
+            raise TypeError(f"metric names must be non-empty strings, got {key!r}")
+        out[key] = to_metric_value(key, value)
+    return out
+
+
+@dataclass(frozen=True)
+class MetricRecord:
+    """What one ``Monitor.log`` call logged."""
+
+    #: Step the metrics belong to (trainer or explorer step, evaluation step).
+    step: int
+    #: ``train``, ``explore``, ``eval`` or any other phase name.
+    phase: str
+    #: Wall-clock seconds since the Unix epoch.
+    time: float
+    #: Metric name to value.
+    metrics: Mapping[str, MetricValue] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        """Return the record as one line of strict JSON (no newline; non-finite values as ``null``)."""
+        values = {k: (v if isinstance(v, int) or math.isfinite(v) else None) for k, v in self.metrics.items()}
+        data = {"step": self.step, "phase": self.phase, "time": round(self.time, 6), "metrics": values}
+        return json.dumps(data, allow_nan=False, ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, line: str) -> MetricRecord:
+        """Parse a line written by :meth:`to_json`; raises :class:`ValueError` if it is not one."""
+        data = json.loads(line)
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        step, phase, when, metrics = data.get("step"), data.get("phase"), data.get("time", 0.0), data.get("metrics")
+        if isinstance(step, bool) or not isinstance(step, int):
+            raise ValueError(f"'step' must be an integer, got {step!r}")
+        if not isinstance(phase, str):
+            raise ValueError(f"'phase' must be a string, got {phase!r}")
+        if not isinstance(metrics, dict):
+            raise ValueError(f"'metrics' must be an object, got {metrics!r}")
+        values = {str(k): (math.nan if v is None else to_metric_value(str(k), v)) for k, v in metrics.items()}
+        return cls(step=step, phase=phase, time=float(when), metrics=values)
+
+
+def iter_records(path: str | Path) -> Iterator[MetricRecord]:
+    """Yield the records of a metrics JSONL file in order.
+
+    Blank and unreadable lines (a line cut short by a crash, a stray edit) are
+    skipped with a debug log, so a damaged file still yields everything else.
+    """
+    with open(path, encoding="utf-8", errors="replace") as file:
+        for number, line in enumerate(file, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield MetricRecord.from_json(line)
+            except (ValueError, TypeError) as exc:
+                logger.debug("%s:%d: skipped unreadable metrics line: %s", path, number, exc)
+
+
+def load_records(path: str | Path) -> list[MetricRecord]:
+    """Return every readable record of a metrics JSONL file (see :func:`iter_records`)."""
+    return list(iter_records(path))
