@@ -1,0 +1,50 @@
+"""Calling a registered function with options from a config, with one-line errors for typos.
+
+Registered algorithm functions take their data positionally and their options
+as keyword-only parameters. :func:`call_registered` looks the function up,
+checks the option names against its signature and calls it, so a misspelt
+option in a YAML file is reported as such rather than as a bare TypeError.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from trinity.common.registry import Registry
+
+R = TypeVar("R")
+
+
+class UnknownOptionError(ValueError):
+    """An option was passed that the registered function does not take."""
+
+
+def option_names(fn: Callable[..., Any]) -> list[str]:
+    """Return the names of ``fn``'s keyword-only parameters (its options), sorted."""
+    params = inspect.signature(fn).parameters.values()
+    return sorted(p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY)
+
+
+def check_options(kind: str, name: str, fn: Callable[..., Any], options: dict[str, Any]) -> None:
+    """Raise :class:`UnknownOptionError` (one line, with a suggestion) if ``options`` has a name ``fn`` lacks."""
+    known = option_names(fn)
+    for key in options:
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            listing = ", ".join(known) if known else "none"
+            raise UnknownOptionError(f"{kind} {name!r} has no option {key!r}{hint} (options: {listing})")
+
+
+def call_registered(registry: Registry[Callable[..., R]], name: str, *args: Any, **options: Any) -> R:
+    """Call the function registered under ``name`` with ``args`` and keyword ``options`` and return its result.
+
+    Raises :class:`~trinity.common.registry.UnknownNameError` for an unknown name and
+    :class:`UnknownOptionError` for an option the function does not take.
+    """
+    fn = registry.get(name)
+    check_options(registry.kind, name, fn, options)
+    return fn(*args, **options)
