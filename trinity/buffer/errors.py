@@ -1,0 +1,31 @@
+"""Errors of the buffer: one family per failure, each message one line saying what, where and what to do."""
+
+from __future__ import annotations
+
+
+class TrinityBufferError(Exception):
+    """Base of every buffer error."""
+
+
+class TaskFileError(TrinityBufferError, ValueError):
+    """A task set cannot be read: missing file, unsupported format, malformed line, missing key."""
+
+
+class TaskPositionError(TrinityBufferError, ValueError):
+    """A saved task position does not fit the task set it is restored into."""
+
+
+class StorageError(TrinityBufferError):
+    """An experience storage failed (bad path, unusable file, bad state)."""
+
+
+class StorageTimeoutError(StorageError, TimeoutError):
+    """A storage read or write did not complete within its timeout."""
+
+
+class StorageClosedError(StorageError):
+    """A write was attempted on a storage that was closed for writing."""
+
+
+class BufferExhaustedError(StorageError):
+    """The storage was closed by its writers and every experience in it has been read."""

@@ -1,0 +1,200 @@
+"""The task scheduler: batches of tasks across epochs, with a position that a checkpoint can save and restore.
+
+Tasks are served from the stream "epoch 0 in its order, then epoch 1 in its
+order, ..."; a batch may straddle two epochs, so every batch but the last has
+exactly ``batch_size`` tasks. Each epoch's order is a seeded permutation
+(``shuffle``) that depends only on the seed and the epoch number, so a
+restored scheduler recomputes it: resuming from a saved :class:`TaskPosition`
+continues with exactly the next batch, none lost or repeated.
+
+The run ends after ``total_epochs`` passes, or, when ``total_steps`` is set,
+after ``total_steps`` batches however many epochs that takes (``total_steps``
+then overrides ``total_epochs``).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Generic, TypeVar
+
+from trinity.buffer.errors import TaskPositionError
+from trinity.buffer.task_files import TaskRecord, load_tasks
+from trinity.common.config.schema import BufferConfig, TaskSetConfig
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class TaskPosition:
+    """Where the scheduler stands: the next task to serve and how many batches were served."""
+
+    #: Epoch of the next task (0-based).
+    epoch: int = 0
+    #: Offset of the next task in that epoch's order.
+    index: int = 0
+    #: Batches served so far (the training step the next batch belongs to, 0-based).
+    step: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        """Return the position as a JSON-serialisable dict."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TaskPosition:
+        """Read a position written by :meth:`to_dict`; raises TaskPositionError on missing or negative fields."""
+        try:
+            position = cls(epoch=int(data["epoch"]), index=int(data["index"]), step=int(data["step"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise TaskPositionError(f"saved task position {data!r} is malformed ({exc!r})") from None
+        if min(position.epoch, position.index, position.step) < 0:
+            raise TaskPositionError(f"saved task position {data!r} has a negative field")
+        return position
+
+
+class TaskScheduler(Generic[T]):
+    """Serves ``tasks`` in batches of ``batch_size`` across epochs; see the module docstring."""
+
+    def __init__(
+        self,
+        tasks: Sequence[T],
+        batch_size: int,
+        *,
+        total_epochs: int = 1,
+        total_steps: int = 0,
+        shuffle: bool = False,
+        seed: int = 0,
+        drop_last: bool = False,
+    ) -> None:
+        """Raise ValueError for no tasks, ``batch_size < 1``, or negative epochs/steps."""
+        if not tasks:
+            raise ValueError("a task scheduler needs at least one task")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        if total_epochs < 0 or total_steps < 0:
+            raise ValueError(f"total_epochs and total_steps must not be negative, got {total_epochs}, {total_steps}")
+        self.tasks = tasks
+        self.batch_size = batch_size
+        self.total_epochs = total_epochs
+        self.total_steps = total_steps
+        self.shuffle = shuffle
+        self.seed = seed
+        self.drop_last = drop_last
+        self._position = TaskPosition()
+        self._order_epoch = -1
+        self._order: list[int] = []
+
+    @classmethod
+    def for_training(cls, buffer: BufferConfig, seed: int) -> TaskScheduler[TaskRecord]:
+        """Return the scheduler of ``buffer.train_tasks`` with the buffer's batch size, epochs, steps and shuffle.
+
+        Raises :class:`~trinity.buffer.errors.TaskFileError` when the task set cannot be read.
+        """
+        return TaskScheduler(
+            load_tasks(buffer.train_tasks),
+            buffer.batch_size,
+            total_epochs=buffer.total_epochs,
+            total_steps=buffer.total_steps,
+            shuffle=buffer.shuffle,
+            seed=seed,
+        )
+
+    @classmethod
+    def for_evaluation(cls, task_set: TaskSetConfig, batch_size: int) -> TaskScheduler[TaskRecord]:
+        """Return a scheduler serving ``task_set`` once, in file order (evaluation)."""
+        return TaskScheduler(load_tasks(task_set), batch_size, total_epochs=1)
+
+    @property
+    def position(self) -> TaskPosition:
+        """The current position (next task, batches served)."""
+        return self._position
+
+    @property
+    def finished(self) -> bool:
+        """Whether every batch has been served."""
+        pos = self._position
+        if self.total_steps:
+            return pos.step >= self.total_steps
+        if pos.epoch >= self.total_epochs:
+            return True
+        # drop_last: the remaining tasks do not fill a batch
+        remaining = (self.total_epochs - pos.epoch) * len(self.tasks) - pos.index
+        return self.drop_last and remaining < self.batch_size
+
+    @property
+    def total_batches(self) -> int:
+        """Number of batches the whole run serves."""
+        if self.total_steps:
+            return self.total_steps
+        tasks = self.total_epochs * len(self.tasks)
+        return tasks // self.batch_size if self.drop_last else math.ceil(tasks / self.batch_size)
+
+    def epoch_order(self, epoch: int) -> list[int]:
+        """Return the task indices of ``epoch`` in serving order (a seeded permutation when shuffling)."""
+        if epoch != self._order_epoch:
+            order = list(range(len(self.tasks)))
+            if self.shuffle:
+                random.Random(f"trinity-tasks:{self.seed}:{epoch}").shuffle(order)
+            self._order_epoch, self._order = epoch, order
+        return self._order
+
+    def next_batch(self) -> list[T] | None:
+        """Return the next batch of tasks and advance the position; None when the run is over."""
+        batch = self.next_batch_with_epochs()
+        return None if batch is None else [task for _, task in batch]
+
+    def next_batch_with_epochs(self) -> list[tuple[int, T]] | None:
+        """Return the next batch as ``(epoch, task)`` pairs (a batch may straddle two epochs); None when over.
+
+        The batch's step is ``position.step`` before the call.
+        """
+        if self.finished:
+            return None
+        epoch, index = self._position.epoch, self._position.index
+        batch: list[tuple[int, T]] = []
+        while len(batch) < self.batch_size and (self.total_steps or epoch < self.total_epochs):
+            order = self.epoch_order(epoch)
+            take = order[index : index + self.batch_size - len(batch)]
+            batch.extend((epoch, self.tasks[i]) for i in take)
+            index += len(take)
+            if index >= len(order):
+                epoch, index = epoch + 1, 0
+        self._position = TaskPosition(epoch=epoch, index=index, step=self._position.step + 1)
+        return batch
+
+    def __iter__(self) -> Iterator[list[T]]:
+        """Yield the remaining batches."""
+        while (batch := self.next_batch()) is not None:
+            yield batch
+
+    def state_dict(self) -> dict[str, Any]:
+        """Return what a checkpoint saves: the position and the settings that fix the task order."""
+        return {**self._position.to_dict(), "num_tasks": len(self.tasks), "shuffle": self.shuffle, "seed": self.seed}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from a saved :meth:`state_dict`.
+
+        Raises :class:`TaskPositionError` when the task set changed size, the
+        shuffle or seed differ (the order would differ), or the position lies
+        outside the task set.
+        """
+        position = TaskPosition.from_dict(state)
+        saved = {"num_tasks": state.get("num_tasks"), "shuffle": state.get("shuffle"), "seed": state.get("seed")}
+        current = {"num_tasks": len(self.tasks), "shuffle": self.shuffle, "seed": self.seed}
+        changed = [
+            f"{key} {saved[key]!r} -> {current[key]!r}"
+            for key in saved
+            if saved[key] is not None and saved[key] != current[key]
+        ]
+        if changed:
+            raise TaskPositionError(
+                f"cannot resume the task position: {', '.join(changed)} since the checkpoint; "
+                "restore the original task set and seed or start a new run"
+            )
+        if position.index >= len(self.tasks):
+            raise TaskPositionError(
+                f"saved task position index {position.index} is outside the task set of {len(self.tasks)} tasks"
+            )
+        self._position = position
