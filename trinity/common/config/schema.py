@@ -125,6 +125,14 @@ class BufferConfig:
     experience_buffer: StorageConfig = field(default_factory=StorageConfig)
     #: Shuffle training tasks each epoch (seeded).
     shuffle: bool = True
+    #: How the trainer draws experiences (registry): ``default`` (FIFO, whole groups) or ``staleness``.
+    sample_strategy: str = "default"
+    #: Its arguments (``staleness``: ``max_staleness``, ``mode``).
+    sample_strategy_args: dict[str, Any] = field(default_factory=dict)
+    #: Reward shapers applied before storing, in order: ``[{name: scale, args: {factor: 2}}]``.
+    reward_shaping: list[dict[str, Any]] = field(default_factory=list)
+    #: Seconds the trainer waits for a batch of experiences before failing.
+    read_timeout: float = 600.0
 
 
 @dataclass
