@@ -135,6 +135,13 @@ def get_collective_backend() -> str:
     return current_backend().info.collective_backend
 
 
+def ray_actor_resources(amount: float = 1) -> dict[str, Any]:
+    """Return the Ray actor options asking ``amount`` devices of the selected backend (``{}`` on CPU)."""
+    from trinity.device.ray_resources import ray_resource_options
+
+    return ray_resource_options(current_backend().info.ray_resource_key, amount)
+
+
 def get_process_group_backend() -> str:
     """Return the backend string for ``init_process_group`` covering CPU and device tensors.
 

@@ -85,8 +85,8 @@ class TaskSetConfig:
     answer_key: str = "answer"
     #: Workflow (registry name) that runs each task.
     workflow: str = "math"
-    #: Reward function (registry name) the workflow uses.
-    reward_fn: str = "math_accuracy"
+    #: Reward function (registry name) the workflow uses; empty: the workflow's own default.
+    reward_fn: str = ""
     #: Extra arguments for the workflow.
     workflow_args: dict[str, Any] = field(default_factory=dict)
     #: Rollouts per task for evaluation sets (training uses ``algorithm.repeat_times``).

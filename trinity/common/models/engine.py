@@ -84,6 +84,10 @@ class InferenceEngine(Protocol):
         """Sample ``params.n`` completions for each raw prompt string (no chat template)."""
         ...
 
+    def generate_tokens(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:
+        """Sample like :meth:`generate` from prompts given as token ids (multi-turn rollouts)."""
+        ...
+
     def chat(
         self, conversations: Sequence[Sequence[Mapping[str, str]]], params: SamplingParams
     ) -> list[list[Completion]]:

@@ -1,0 +1,121 @@
+"""The scheduler with hf engines as Ray actors on a local cluster: toy and multi-turn tasks, a timeout, a failure."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from safetensors.torch import save_file
+
+from tests.explorer import flows
+from tests.explorer.flows import probe_tasks
+from trinity.common.config.schema import Config
+from trinity.common.models.client import EngineClient
+from trinity.common.models.engines import create_engines, engine_actor_options
+from trinity.common.workflows import Task
+from trinity.device.ray_resources import ray_resource_options
+from trinity.explorer import Scheduler
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[Any]:
+    import ray
+
+    started = not ray.is_initialized()
+    if started:
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+                 runtime_env={"env_vars": {"RAY_AUTH_MODE": "disabled", "OMP_NUM_THREADS": "1"}})
+    yield ray
+    if started:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def config(tiny_model: Path) -> Config:
+    config = Config()
+    config.model.model_path = str(tiny_model)
+    config.model.max_response_tokens = 6
+    config.explorer.engine_num = 2
+    config.explorer.runners_per_engine = 2
+    config.explorer.timeout = 3.0
+    config.explorer.max_retries = 1
+    return config
+
+
+@pytest.fixture(scope="module")
+def engines(ray_cluster: Any, config: Config) -> Iterator[list[Any]]:
+    # num_cpus=0: the actors fit beside whatever else a shared test session keeps on the 2-CPU cluster
+    actors = create_engines(config, num_cpus=0)
+    yield actors
+    for actor in actors:
+        ray_cluster.kill(actor)
+
+
+def test_actor_options_follow_the_device_backend(config: Config) -> None:
+    options = engine_actor_options(config)
+    assert options["max_concurrency"] == 4 and options["num_cpus"] == 1
+    assert options["runtime_env"]["env_vars"]["TRINITY_DEVICE"] == "cpu"
+    assert "resources" not in options  # the CPU backend has no Ray device resource
+    # Ray's own resources are keywords, any other key goes to resources
+    assert ray_resource_options("CPU", 2) == {"num_cpus": 2}
+    assert ray_resource_options("ACME", 1) == {"resources": {"ACME": 1}}
+    assert ray_resource_options(None, 1) == {}
+
+
+def test_step_on_actor_engines_with_a_timeout_and_a_failure(
+    ray_cluster: Any, engines: list[Any], config: Config, tmp_path: Path
+) -> None:
+    # weights reach the actors through a checkpoint folder: versions show up in the experiences
+    state = ray_cluster.get(engines[0].describe.remote())
+    assert state["version"] == 0 and state["device"] == "cpu"
+    assert EngineClient(engines[0]).remote
+    toy = [Task(prompt=f"Repeat the letter {c}.", answer=c, index=i, repeat_times=3, workflow="toy_repeat",
+                reward_fn="toy_repeat") for i, c in enumerate("abcd")]
+    game = Task(prompt="", answer=6, index=4, repeat_times=2, workflow="guess_number",
+                workflow_args={"max_turns": 2})
+    stalled, doomed = probe_tasks(7, "ray")[5:]
+    stalled.workflow_args.update(stall_attempts=1, stall_s=3.3)
+    doomed.workflow_args.update(fail_attempts=-1)
+    tasks = [*toy, game, stalled, doomed]
+
+    scheduler = Scheduler.from_config(engines, config)
+    result = scheduler.run(tasks)
+
+    assert [r is None for r in result.results] == [False] * 6 + [True]
+    [failure] = result.failures
+    assert failure.position == 6 and failure.attempts == 2 and "ValueError: boom" in failure.error
+    assert result.metrics["timeouts"] == 1 and result.metrics["retries"] == 2
+    stalled_result = result.results[5]
+    assert stalled_result is not None and stalled_result[0].info["attempt"] == 2
+    for task, experiences in zip(toy, result.results[:4], strict=True):
+        assert experiences is not None and len(experiences) == 3
+        assert all(e.group_id == task.group_id and e.model_version == 0 for e in experiences)
+        assert all(1 <= e.response_length <= 6 and e.logprobs is not None for e in experiences)
+    turns = result.results[4]
+    assert turns is not None and len(turns) == 2
+    assert all(1 <= e.info["turns"] <= 2 and e.action_mask is not None for e in turns)
+    # the abandoned attempt wakes up later; its next engine call is refused
+    deadline = time.monotonic() + 5
+    while not flows.LATE_ERRORS and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert flows.LATE_ERRORS[-1] == "TaskCancelledError"
+
+    # a new version through the checkpoint path, then a second step sees it
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(config.model.model_path)
+    weights = {n: (t + 0.01).contiguous() for n, t in model.state_dict().items() if n != "lm_head.weight"}
+    save_file(weights, str(tmp_path / "model.safetensors"))
+    ray_cluster.get([e.load_checkpoint_weights.remote(str(tmp_path), 1) for e in engines])
+    checksums = ray_cluster.get([e.state_dict_checksum.remote() for e in engines])
+    assert checksums[0] == checksums[1]
+    again = scheduler.run(toy[:2])
+    assert not again.failures
+    assert {e.model_version for e in again.experiences} == {1}
+    assert torch.is_tensor(again.experiences[0].tokens)

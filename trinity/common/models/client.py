@@ -1,0 +1,149 @@
+"""One interface for workflows to call an engine, whether it is a Ray actor or an object in this process.
+
+:class:`EngineClient` wraps an engine (an ``HFEngine``/``vllm`` Ray actor
+handle, or any in-process object with the engine methods) and offers plain
+blocking methods: ``chat``, ``generate``, ``generate_tokens``,
+``model_version`` and a local ``tokenizer``. The scheduler hands workflows a
+client bound to the attempt's deadline: a call that would outlive it raises
+:class:`TaskTimeoutError` (the Ray call is cancelled), and a call made after
+the attempt was abandoned raises :class:`TaskCancelledError`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from trinity.common.models.engine import Completion, SamplingParams
+
+
+class TaskTimeoutError(TimeoutError):
+    """An engine call did not finish before the task attempt's deadline."""
+
+
+class TaskCancelledError(RuntimeError):
+    """The task attempt was abandoned (timed out) while its workflow was still running."""
+
+
+class RolloutModel(Protocol):
+    """What workflows use: the sampling half of an inference engine plus its tokenizer."""
+
+    def chat(
+        self, conversations: Sequence[Sequence[Mapping[str, str]]], params: SamplingParams
+    ) -> list[list[Completion]]: ...
+
+    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[list[Completion]]: ...
+
+    def generate_tokens(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]: ...
+
+    def model_version(self) -> int: ...
+
+    @property
+    def tokenizer(self) -> Any: ...
+
+
+def is_actor(engine: Any) -> bool:
+    """Return True when ``engine`` is a Ray actor handle (without importing Ray when it is not loaded)."""
+    if "ray" not in sys.modules:
+        return False
+    from ray.actor import ActorHandle
+
+    return isinstance(engine, ActorHandle)
+
+
+_TOKENIZERS: dict[str, Any] = {}
+_TOKENIZERS_LOCK = threading.Lock()
+
+
+def load_tokenizer(path: str) -> Any:
+    """Return the tokenizer of folder ``path``, loaded once per process."""
+    with _TOKENIZERS_LOCK:
+        if path not in _TOKENIZERS:
+            from transformers import AutoTokenizer
+
+            _TOKENIZERS[path] = AutoTokenizer.from_pretrained(path)
+        return _TOKENIZERS[path]
+
+
+@dataclasses.dataclass
+class EngineClient:
+    """A blocking view of one engine for workflows; see the module docstring."""
+
+    #: The engine: a Ray actor handle or an in-process object.
+    engine: Any
+    #: Tokenizer folder for :attr:`tokenizer` when the engine is an actor; empty: ask the engine (``describe()``).
+    tokenizer_path: str = ""
+    #: Index of the engine in the explorer's pool (for logs and metrics).
+    index: int = 0
+    #: ``time.monotonic()`` after which calls raise :class:`TaskTimeoutError`; None: no limit.
+    deadline: float | None = None
+    #: Set when the attempt is abandoned; calls then raise :class:`TaskCancelledError`.
+    cancelled: threading.Event | None = None
+    #: Facts learnt from the engine, shared by every bound copy.
+    _facts: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.remote = is_actor(self.engine)
+
+    def bind(self, deadline: float | None, cancelled: threading.Event | None = None) -> EngineClient:
+        """Return a client of the same engine whose calls respect ``deadline`` and ``cancelled``."""
+        return dataclasses.replace(self, deadline=deadline, cancelled=cancelled)
+
+    def _check(self) -> None:
+        if self.cancelled is not None and self.cancelled.is_set():
+            raise TaskCancelledError("the task attempt was abandoned (timed out); this call is not made")
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            raise TaskTimeoutError("the task attempt ran past its timeout")
+
+    def call(self, method: str, *args: Any) -> Any:
+        """Call ``method`` of the engine with ``args`` and return its result, within the deadline."""
+        self._check()
+        if not self.remote:
+            result = getattr(self.engine, method)(*args)
+            self._check()
+            return result
+        import ray
+        from ray.exceptions import GetTimeoutError
+
+        ref = getattr(self.engine, method).remote(*args)
+        timeout = None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+        try:
+            return ray.get(ref, timeout=timeout)
+        except GetTimeoutError:
+            try:
+                ray.cancel(ref)
+            except Exception:  # noqa: BLE001 - best effort: a running actor call may not be cancellable
+                pass
+            raise TaskTimeoutError(f"engine {self.index}: {method} did not finish within the task timeout") from None
+
+    def chat(
+        self, conversations: Sequence[Sequence[Mapping[str, str]]], params: SamplingParams
+    ) -> list[list[Completion]]:
+        """Sample completions of chat conversations (see ``InferenceEngine.chat``)."""
+        return self.call("chat", [[dict(m) for m in c] for c in conversations], params)  # type: ignore[no-any-return]
+
+    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[list[Completion]]:
+        """Sample completions of raw prompts (see ``InferenceEngine.generate``)."""
+        return self.call("generate", list(prompts), params)  # type: ignore[no-any-return]
+
+    def generate_tokens(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:
+        """Sample completions of prompts given as token ids (multi-turn rollouts)."""
+        return self.call("generate_tokens", [list(p) for p in prompts], params)  # type: ignore[no-any-return]
+
+    def model_version(self) -> int:
+        """Return the engine's weights version."""
+        return int(self.call("model_version"))
+
+    @property
+    def tokenizer(self) -> Any:
+        """The engine's tokenizer: the engine's own object in-process, else loaded here from its folder."""
+        if not self.remote and hasattr(self.engine, "tokenizer"):
+            return self.engine.tokenizer
+        path = self.tokenizer_path or self._facts.get("tokenizer_path")
+        if not path:
+            path = self._facts["tokenizer_path"] = str(self.call("describe")["tokenizer_path"])
+        return load_tokenizer(path)

@@ -1,0 +1,255 @@
+"""The explorer's scheduler: runs a step's tasks on a pool of workflow runners bound to engines.
+
+There are ``runners_per_engine`` runners per engine, numbered so that
+consecutive runners use consecutive engines (round-robin): with engines A, B
+and two runners each, tasks 0, 1, 2, 3 start on A, B, A, B. Each runner runs
+one task at a time, in a thread of this process; workflows call their engine
+through an :class:`~trinity.common.models.client.EngineClient`, which works
+the same for Ray actor engines (``engine.generate.remote``) and in-process
+engines.
+
+Every task attempt has a deadline (``timeout`` seconds). An attempt that
+raises, or outlives its deadline, is retried up to ``max_retries`` times
+(a workflow that cannot even be built — unknown name, bad arguments — is not),
+preferably on another engine; a timed-out attempt is abandoned (its engine
+calls are cancelled or refused, its result discarded) and its runner takes
+the next task at once. A task that fails every attempt is reported in
+:attr:`StepResult.failures`, never dropped silently. Results come back in task
+order.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import threading
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from trinity.common.config.schema import Config
+from trinity.common.experience import Experience
+from trinity.common.models.client import EngineClient, TaskCancelledError, TaskTimeoutError
+from trinity.common.models.engine import SamplingParams
+from trinity.common.workflows.base import Task, Workflow, make_workflow, sampling_from_model
+
+logger = logging.getLogger(__name__)
+
+WorkflowFactory = Callable[[Task], Workflow]
+#: What a runner thread reports: attempt id, experiences, error, whether a failure may be retried.
+_Outcome = tuple[int, list[Experience] | None, BaseException | None, bool]
+
+
+@dataclass
+class TaskFailure:
+    """A task that failed every attempt."""
+
+    #: Position of the task in the step's task list.
+    position: int
+    task: Task
+    #: Attempts made (``1 + max_retries``).
+    attempts: int
+    #: The last attempt's error, one line (``TypeError: ...``).
+    error: str
+    #: Whether the last attempt timed out.
+    timed_out: bool
+
+
+@dataclass
+class StepResult:
+    """What one step's tasks produced."""
+
+    #: Per task, in task order: its experiences, or None when it failed.
+    results: list[list[Experience] | None]
+    #: Tasks that failed every attempt, in task order.
+    failures: list[TaskFailure] = field(default_factory=list)
+    #: Counters and timings of the step (``tasks``, ``failed``, ``retries``, ``timeouts``, ``time_s``, ...).
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def experiences(self) -> list[Experience]:
+        """Every experience, task by task in task order."""
+        return [e for r in self.results if r is not None for e in r]
+
+
+@dataclass
+class _Attempt:
+    position: int
+    number: int  # 0 for the first attempt
+    slot: int
+    engine: int
+    deadline: float
+    cancelled: threading.Event
+
+
+class Scheduler:
+    """Runs tasks over engines with retries and timeouts; see the module docstring."""
+
+    def __init__(
+        self,
+        engines: Sequence[Any],
+        *,
+        runners_per_engine: int = 2,
+        timeout: float = 300.0,
+        max_retries: int = 2,
+        sampling: SamplingParams | None = None,
+        tokenizer_path: str = "",
+        workflow_factory: WorkflowFactory | None = None,
+    ) -> None:
+        """``engines``: Ray actor handles or in-process engines; ``workflow_factory`` builds a task's workflow.
+
+        The default factory is ``make_workflow(task.workflow, sampling, task.workflow_args)``.
+        Raises ValueError for no engines, ``runners_per_engine < 1``, ``timeout <= 0`` or ``max_retries < 0``.
+        """
+        if not engines:
+            raise ValueError("the scheduler needs at least one engine")
+        if runners_per_engine < 1 or timeout <= 0 or max_retries < 0:
+            raise ValueError(
+                f"need runners_per_engine >= 1, timeout > 0, max_retries >= 0; got {runners_per_engine}, "
+                f"{timeout}, {max_retries}"
+            )
+        self.clients = [EngineClient(e, tokenizer_path=tokenizer_path, index=i) for i, e in enumerate(engines)]
+        self.runners_per_engine = runners_per_engine
+        self.timeout = float(timeout)
+        self.max_retries = max_retries
+        self.sampling = sampling or SamplingParams()
+        self.workflow_factory = workflow_factory or self._default_factory
+        self._lock = threading.Lock()
+        self._ids = itertools.count()
+
+    @classmethod
+    def from_config(cls, engines: Sequence[Any], config: Config) -> Scheduler:
+        """Return a scheduler with the explorer settings and the model's sampling settings of ``config``."""
+        return cls(
+            engines,
+            runners_per_engine=config.explorer.runners_per_engine,
+            timeout=config.explorer.timeout,
+            max_retries=config.explorer.max_retries,
+            sampling=sampling_from_model(config.model),
+            tokenizer_path=config.model.tokenizer_path or config.model.model_path,
+        )
+
+    def _default_factory(self, task: Task) -> Workflow:
+        return make_workflow(task.workflow, self.sampling, task.workflow_args)
+
+    @property
+    def num_runners(self) -> int:
+        """Runners in the pool (engines x runners per engine)."""
+        return len(self.clients) * self.runners_per_engine
+
+    def run(self, tasks: Sequence[Task]) -> StepResult:
+        """Run ``tasks`` to completion (or final failure) and return their results in task order."""
+        with self._lock:
+            return self._run(list(tasks))
+
+    def _run(self, tasks: list[Task]) -> StepResult:
+        started = time.monotonic()
+        results: list[list[Experience] | None] = [None] * len(tasks)
+        failures: list[TaskFailure] = []
+        counts = {"attempts": 0, "retries": 0, "timeouts": 0}
+        engines = len(self.clients)
+        free: deque[int] = deque(range(self.num_runners))  # runner r uses engine r % engines
+        pending: deque[tuple[int, int, int | None]] = deque((i, 0, None) for i in range(len(tasks)))
+        running: dict[int, _Attempt] = {}
+        done: queue.Queue[_Outcome] = queue.Queue()
+
+        def fail(attempt: _Attempt, error: BaseException | str, timed_out: bool, retryable: bool = True) -> None:
+            text = error if isinstance(error, str) else "".join(traceback.format_exception_only(error)).strip()
+            counts["timeouts"] += int(timed_out)
+            if retryable and attempt.number < self.max_retries:
+                counts["retries"] += 1
+                logger.info("task %d attempt %d failed (%s); retrying", attempt.position, attempt.number + 1, text)
+                pending.appendleft((attempt.position, attempt.number + 1, attempt.engine))
+                return
+            failures.append(TaskFailure(attempt.position, tasks[attempt.position], attempt.number + 1, text, timed_out))
+            logger.warning("task %d failed after %d attempts: %s", attempt.position, attempt.number + 1, text)
+
+        while pending or running:
+            while pending and free:
+                position, number, avoid = pending.popleft()
+                slot = self._pick_runner(free, avoid)
+                attempt = _Attempt(position, number, slot, slot % engines, time.monotonic() + self.timeout,
+                                   threading.Event())
+                attempt_id = next(self._ids)
+                running[attempt_id] = attempt
+                counts["attempts"] += 1
+                client = self.clients[attempt.engine].bind(attempt.deadline, attempt.cancelled)
+                threading.Thread(
+                    target=self._attempt, args=(attempt_id, tasks[position], client, done),
+                    name=f"trinity-runner-{slot}", daemon=True,
+                ).start()
+            wait = max(0.0, min(a.deadline for a in running.values()) - time.monotonic())
+            try:
+                attempt_id, experiences, error, retryable = done.get(timeout=wait)
+            except queue.Empty:
+                pass
+            else:
+                finished = running.pop(attempt_id, None)
+                if finished is not None:  # else: a late answer of an abandoned attempt
+                    free.append(finished.slot)
+                    if error is None and experiences is not None:
+                        results[finished.position] = experiences
+                    else:
+                        timed_out = isinstance(error, (TaskTimeoutError, TaskCancelledError))
+                        fail(finished, error or "workflow returned nothing", timed_out, retryable)
+            now = time.monotonic()
+            for attempt_id, attempt in list(running.items()):
+                if now >= attempt.deadline:
+                    del running[attempt_id]
+                    attempt.cancelled.set()
+                    free.append(attempt.slot)
+                    fail(attempt, f"TaskTimeoutError: no result within {self.timeout:g}s", True)
+        failures.sort(key=lambda f: f.position)
+        experiences = [e for r in results if r is not None for e in r]
+        rewards = [e.reward for e in experiences if e.reward is not None]
+        metrics = {
+            "tasks": float(len(tasks)),
+            "succeeded": float(len(tasks) - len(failures)),
+            "failed": float(len(failures)),
+            "attempts": float(counts["attempts"]),
+            "retries": float(counts["retries"]),
+            "timeouts": float(counts["timeouts"]),
+            "experiences": float(len(experiences)),
+            "time_s": time.monotonic() - started,
+        }
+        if rewards:
+            metrics["reward_mean"] = sum(rewards) / len(rewards)
+        return StepResult(results=results, failures=failures, metrics=metrics)
+
+    def _pick_runner(self, free: deque[int], avoid: int | None) -> int:
+        """Take a free runner, one not on engine ``avoid`` when there is one (a retry tries another engine)."""
+        if avoid is not None and len(self.clients) > 1:
+            for slot in free:
+                if slot % len(self.clients) != avoid:
+                    free.remove(slot)
+                    return slot
+        return free.popleft()
+
+    def _attempt(
+        self,
+        attempt_id: int,
+        task: Task,
+        client: EngineClient,
+        done: queue.Queue[_Outcome],
+    ) -> None:
+        """Run one attempt of ``task`` in a runner thread and report its experiences or error to ``done``.
+
+        A task whose workflow cannot be built (unknown name, bad arguments) is not retried.
+        """
+        try:
+            workflow = self.workflow_factory(task)
+        except Exception as exc:  # noqa: BLE001 - a configuration error: reported, not retried
+            done.put((attempt_id, None, exc, False))
+            return
+        try:
+            experiences = workflow.run(client, task)
+            if not isinstance(experiences, list) or not all(isinstance(e, Experience) for e in experiences):
+                raise TypeError(f"workflow {task.workflow!r} returned {type(experiences).__name__}, not experiences")
+            done.put((attempt_id, experiences, None, True))
+        except BaseException as exc:  # reported to the scheduler, which retries or records it
+            logger.debug("task attempt %d raised", attempt_id, exc_info=True)
+            done.put((attempt_id, None, exc, True))
