@@ -1,0 +1,95 @@
+"""The synchronizer: online, checkpoint and memory syncs into engines, timed, bounded by sync_timeout."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.trainer.support import EngineDouble, TrainerStub
+from trinity.common.config.schema import SynchronizerConfig
+from trinity.common.constants import SyncMethod
+from trinity.common.models.checksum import state_dict_checksum
+from trinity.synchronizer.checkpoint_sync import load_weights
+from trinity.synchronizer.synchronizer import Synchronizer, SyncTimeoutError
+from trinity.synchronizer.weight_sync import state_dict_bytes
+
+
+@pytest.fixture
+def engines(peers: list[Any]) -> list[Any]:
+    return peers
+
+
+@pytest.fixture
+def trainer(tiny_path: Path) -> TrainerStub:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_path), dtype=torch.float32)
+    return TrainerStub(model.state_dict())
+
+
+def test_three_methods_in_turn_bring_every_engine_to_the_trainer_weights(
+    ray_local: Any, engines: list[Any], trainer: TrainerStub, tmp_path: Path
+) -> None:
+    config = SynchronizerConfig(bucket_size_mb=1, sync_timeout=60)
+    expected_bytes = state_dict_bytes(trainer.state)
+    for version, method in enumerate(["online", "checkpoint", "memory", "gloo"], start=1):
+        trainer.perturb(0.01 * version)
+        sync = Synchronizer(SyncMethod.parse(method, "gloo"), [trainer], engines, config,
+                            checkpoint_path=tmp_path / "sync")
+        report = sync.sync(version)
+        assert report.bytes == expected_bytes and report.engines == 2 and report.version == version
+        assert report.seconds >= report.transfer_seconds > 0
+        assert ray_local.get([e.model_version.remote() for e in engines]) == [version, version]
+        assert ray_local.get([e.state_dict_checksum.remote() for e in engines]) == [trainer.checksum()] * 2
+        assert report.metrics()["sync/bytes"] == float(expected_bytes)
+        if method == "online":
+            assert report.setup_seconds > 0
+            trainer.perturb(1.0)  # a second sync reuses the group
+            again = sync.sync(version + 100)
+            assert again.setup_seconds == 0.0
+            assert ray_local.get([e.state_dict_checksum.remote() for e in engines]) == [trainer.checksum()] * 2
+        sync.close()
+        assert trainer.group is None
+
+
+def test_in_process_engines_work_too(trainer: TrainerStub, tiny_path: Path) -> None:
+    local = [EngineDouble(str(tiny_path)), EngineDouble(str(tiny_path))]
+    trainer.perturb(0.5)
+    for method in ("online", "memory"):
+        sync = Synchronizer(SyncMethod.parse(method, "gloo"), trainer, local, SynchronizerConfig(sync_timeout=60))
+        sync.sync(7)
+        sync.close()
+        assert [e.state_dict_checksum() for e in local] == [trainer.checksum()] * 2
+        assert [e.model_version() for e in local] == [7, 7]
+
+
+def test_a_sync_past_the_timeout_is_one_clear_error(trainer: TrainerStub, tmp_path: Path) -> None:
+    slow = EngineDouble()
+    slow.set_delay(30.0)
+    sync = Synchronizer(SyncMethod.parse("checkpoint"), trainer, [slow], SynchronizerConfig(sync_timeout=1.0),
+                        checkpoint_path=tmp_path / "sync")
+    try:
+        with pytest.raises(SyncTimeoutError) as caught:
+            sync.sync(3)
+        message = str(caught.value)
+        assert "weight sync (checkpoint) of version 3" in message
+        assert "sync_timeout = 1 s" in message and "engines loading the weights" in message
+        assert "\n" not in message
+    finally:
+        slow.release.set()
+        sync.close()
+
+
+def test_without_engines_only_the_checkpoint_method_does_something(trainer: TrainerStub, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="checkpoint_path"):
+        Synchronizer("checkpoint", trainer, [], SynchronizerConfig())
+    report = Synchronizer("memory", trainer, [], SynchronizerConfig()).sync(1)
+    assert report.bytes == 0 and report.engines == 0
+    publisher = Synchronizer("checkpoint", trainer, [], SynchronizerConfig(), checkpoint_path=tmp_path / "pub")
+    published = publisher.sync(4)  # a trainer publishing for an explorer of another job
+    state, version = load_weights(tmp_path / "pub")
+    assert version == 4 and published.bytes == state_dict_bytes(trainer.state)
+    assert state_dict_checksum(state) == trainer.checksum()

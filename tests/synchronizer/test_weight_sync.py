@@ -1,0 +1,161 @@
+"""The bucketed weight-sync group, for real over gloo between two Ray actors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from trinity.common.models.checksum import state_dict_checksum
+from trinity.common.models.engine import TensorMeta, WeightSyncGroupInfo
+from trinity.synchronizer.weight_sync import (
+    WeightSyncError,
+    WeightSyncGroup,
+    dtype_from_name,
+    find_free_port,
+    metas_bytes,
+    plan_buckets,
+    state_dict_metas,
+)
+
+BUCKET = 64 << 10
+
+
+def mixed_state_dict() -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(3)
+    return {
+        "big.float32": torch.randn(300, 257, generator=g),  # ~300 KiB: spans five 64 KiB buckets
+        "small.bfloat16": torch.randn(17, 5, generator=g).to(torch.bfloat16),
+        "steps.int64": torch.arange(1000, dtype=torch.int64) * 3,
+        "half.float16": torch.randn(33, generator=g).to(torch.float16),
+        "empty.float32": torch.zeros(0, 4),
+        "scalar.float32": torch.tensor(2.5),
+        "transposed.float32": torch.randn(40, 30, generator=g).t(),  # not contiguous
+        "tail.bfloat16": torch.randn(70000, generator=g).to(torch.bfloat16),  # ~137 KiB
+    }
+
+
+def info(world: int, name: str, timeout: float = 30.0) -> WeightSyncGroupInfo:
+    return WeightSyncGroupInfo("127.0.0.1", find_free_port(), world, 1, name, "gloo", timeout)
+
+
+def test_bucket_plan_groups_dtypes_and_splits_large_tensors() -> None:
+    metas = state_dict_metas(mixed_state_dict())
+    buckets = plan_buckets(metas, BUCKET)
+    assert [b.dtype for b in buckets][:5] == ["float32"] * 5  # float32 first (first seen): 313 KB in 5 buckets
+    assert all(b.nbytes <= BUCKET for b in buckets)
+    assert {b.dtype for b in buckets} == {"float32", "bfloat16", "int64", "float16"}
+    for dtype in ("float32", "bfloat16"):
+        assert len([b for b in buckets if b.dtype == dtype]) >= 2
+    covered: dict[int, int] = {}
+    for bucket in buckets:
+        assert sum(s.stop - s.start for s in bucket.slices) == bucket.numel
+        for s in bucket.slices:
+            assert covered.get(s.index, 0) == s.start  # contiguous, in order
+            covered[s.index] = s.stop
+    for index, meta in enumerate(metas):
+        assert covered.get(index, 0) == torch.Size(meta.shape).numel()
+    assert sum(b.nbytes for b in buckets) == metas_bytes(metas)
+    with pytest.raises(ValueError, match="bucket_bytes"):
+        plan_buckets(metas, 0)
+    with pytest.raises(WeightSyncError, match="unknown tensor dtype"):
+        dtype_from_name("float33")
+
+
+@pytest.mark.parametrize("generic", [False, True], ids=["gloo-direct", "generic-route"])
+def test_round_trip_between_two_actors(peers: list[Any], ray_local: Any, generic: bool) -> None:
+    sender, receiver = peers
+    state = mixed_state_dict()
+    group = info(2, f"roundtrip-{generic}")
+    ray_local.get([sender.create.remote(group, generic), receiver.join.remote(group, 1, generic)])
+    metas = state_dict_metas(state)
+    received = receiver.receive.remote(metas, BUCKET)
+    sent = sender.broadcast.remote(state, BUCKET)
+    sent_metas, summary = ray_local.get([sent, received])
+    assert sent_metas == metas
+    checksum, dtypes = summary.split("|", 1)
+    assert checksum == state_dict_checksum(state)
+    assert dtypes == repr(sorted((name, str(t.dtype)) for name, t in state.items()))
+    ray_local.get([sender.close_group.remote(), receiver.close_group.remote()])
+
+
+def test_a_receiver_with_other_metas_refuses_clearly(peers: list[Any], ray_local: Any) -> None:
+    sender, receiver = peers
+    state = {"w": torch.ones(8), "b": torch.zeros(3)}
+    group = info(2, "mismatch", timeout=1.5)
+    ray_local.get([sender.create.remote(group), receiver.join.remote(group, 1)])
+    wrong = [TensorMeta("w", "float32", (8,))]  # one tensor fewer than the sender sends
+    received = receiver.receive.remote(wrong, BUCKET)
+    sent = sender.broadcast.remote(state, BUCKET)
+    with pytest.raises(ray_local.exceptions.RayTaskError, match="same metas and bucket_bytes"):
+        ray_local.get(received)
+    with pytest.raises(ray_local.exceptions.RayTaskError):  # nobody receives the buckets: the sender times out
+        ray_local.get(sent)
+    ray_local.get([sender.close_group.remote(), receiver.close_group.remote()])
+
+
+def random_state_dict(seed: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    dtypes = [torch.float32, torch.bfloat16, torch.int32]
+    state = {}
+    for i in range(60):
+        numel = int(torch.randint(0, 3000, (1,), generator=g)) if i % 5 else 1024 * (1 + i % 3)
+        dtype = dtypes[int(torch.randint(0, 3, (1,), generator=g))]
+        values = torch.randn(numel, generator=g) * 100
+        state[f"t{i}"] = values.to(dtype)
+    return state
+
+
+@pytest.mark.parametrize("bucket", [8192, 1 << 20])
+def test_random_layouts_round_trip_in_one_process(bucket: int) -> None:
+    """Many tensors, three dtypes, buckets that mix whole tensors, pieces and packed runs (threads, no Ray)."""
+    import threading
+
+    state = random_state_dict(bucket)
+    group = info(3, f"threads-{bucket}")
+    members: dict[int, WeightSyncGroup] = {}
+
+    def build(rank: int) -> None:
+        members[rank] = WeightSyncGroup.create(group) if rank == 0 else WeightSyncGroup.join(group, rank)
+
+    threads = [threading.Thread(target=build, args=(rank,)) for rank in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    metas = state_dict_metas(state)
+    results: dict[int, dict[str, torch.Tensor]] = {}
+
+    def receive(rank: int) -> None:
+        results[rank] = members[rank].receive_state_dict(metas, bucket)
+
+    receivers = [threading.Thread(target=receive, args=(rank,)) for rank in (1, 2)]
+    for thread in receivers:
+        thread.start()
+    members[0].broadcast_state_dict(state, bucket)
+    for thread in receivers:
+        thread.join(30)
+    for rank in (1, 2):
+        assert results[rank].keys() == state.keys()
+        for name, tensor in state.items():
+            assert results[rank][name].dtype == tensor.dtype and torch.equal(results[rank][name], tensor), name
+    for member in members.values():
+        member.close()
+
+
+def test_ranks_are_checked_and_a_closed_group_refuses() -> None:
+    group = info(2, "ranks")
+    with pytest.raises(WeightSyncError, match=r"rank in 1\.\.1"):
+        WeightSyncGroup.join(group, 0)
+    with pytest.raises(WeightSyncError, match=r"rank in 1\.\.1"):
+        WeightSyncGroup.join(group, 2)
+    solo = WeightSyncGroupInfo("127.0.0.1", find_free_port(), 1, 1, "solo", "gloo", 10.0)
+    alone = WeightSyncGroup.create(solo)
+    assert alone.broadcast_state_dict({"x": torch.ones(2)}, BUCKET) == [TensorMeta("x", "float32", (2,))]
+    with pytest.raises(WeightSyncError, match="rank 0 is the sender"):
+        alone.receive_state_dict([], BUCKET)
+    alone.close()
+    alone.close()
+    with pytest.raises(WeightSyncError, match="closed"):
+        alone.broadcast_state_dict({"x": torch.ones(2)}, BUCKET)

@@ -1,0 +1,304 @@
+"""The synchronizer: one call moves the trainer's current weights into every rollout engine.
+
+Usage (the launcher)::
+
+    sync = Synchronizer(SyncMethod.parse(config.synchronizer.sync_method), trainer.workers, engines,
+                        config.synchronizer, checkpoint_path=default_sync_path(config))
+    policy = sync.policy                      # SyncPolicy: which steps sync, how far the explorer may lead
+    if policy.should_sync(step):
+        report = sync.sync(version=step)      # SyncReport: seconds, bytes, ...
+    sync.close()
+
+The trainer side is the list of trainer rank handles (rank 0 first; an
+:class:`~trinity.trainer.trainer.FSDPTrainer` is accepted too); engines are
+rollout engines implementing :class:`~trinity.common.models.engine.InferenceEngine`.
+Either may be Ray actor handles (methods called with ``.remote``) or plain
+in-process objects (called in worker threads, so blocking rendezvous calls
+still run concurrently).
+
+Methods:
+
+* ``collective`` (``online``): once, trainer rank 0 hosts a
+  :class:`~trinity.synchronizer.weight_sync.WeightSyncGroup` that every engine
+  joins concurrently. Per sync: all trainer ranks gather the full state dict
+  (rank 0 keeps it), the engines are told the metas (``receive_weights``,
+  started before the broadcast), rank 0 broadcasts in buckets, and the
+  synchronizer waits for everyone.
+* ``checkpoint``: rank 0 writes safetensors to the shared sync path
+  (atomically, see :mod:`~trinity.synchronizer.checkpoint_sync`), then each
+  engine loads them (``load_checkpoint_weights``). With no engines it still
+  writes: a trainer publishing for an explorer in another job (mode ``train``).
+* ``memory``: rank 0 puts the dict into the Ray object store, each engine
+  loads it (``load_state_dict``).
+
+Every sync is bounded by ``synchronizer.sync_timeout``; running past it
+raises :class:`SyncTimeoutError`, one line naming the method, version and
+the phase that did not finish.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trinity.common.config.schema import Config, SynchronizerConfig
+from trinity.common.constants import SyncMethod
+from trinity.common.models.engine import TensorMeta, WeightSyncGroupInfo
+from trinity.synchronizer.policy import SyncPolicy
+from trinity.synchronizer.weight_sync import metas_bytes
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_GROUP_NAME = "trinity-weight-sync"
+
+
+class SyncError(RuntimeError):
+    """A sync failed."""
+
+
+class SyncTimeoutError(SyncError, TimeoutError):
+    """A sync did not finish within ``synchronizer.sync_timeout``."""
+
+
+@dataclass(frozen=True)
+class SyncReport:
+    """What one sync did and what it cost."""
+
+    method: str
+    version: int
+    #: Wall time of the whole sync.
+    seconds: float
+    #: Bytes of weights moved (once, whatever the number of engines).
+    bytes: int
+    #: Time spent gathering the full state dict on trainer rank 0.
+    gather_seconds: float
+    #: Time spent moving and loading the weights (after the gather).
+    transfer_seconds: float
+    #: Time spent building the weight-sync group (first online sync only; else 0).
+    setup_seconds: float = 0.0
+    engines: int = 0
+
+    def metrics(self) -> dict[str, float]:
+        """Return the report as monitor metrics (``sync/...``)."""
+        return {
+            "sync/seconds": self.seconds,
+            "sync/bytes": float(self.bytes),
+            "sync/gather_seconds": self.gather_seconds,
+            "sync/transfer_seconds": self.transfer_seconds,
+            "sync/setup_seconds": self.setup_seconds,
+            "sync/version": float(self.version),
+        }
+
+
+def default_sync_path(config: Config) -> Path:
+    """Return ``<checkpoint_root_dir>/<project>/<name>/sync_weights``: the checkpoint method's shared path."""
+    return Path(config.checkpoint_root_dir) / config.project / config.name / "sync_weights"
+
+
+class _Calls:
+    """Starts method calls on Ray actors (``.remote``) or in-process objects (a worker thread) and waits for them."""
+
+    def __init__(self, threads: int) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=max(2, threads), thread_name_prefix="trinity-sync")
+
+    def start(self, target: Any, method: str, *args: Any) -> Any:
+        function = getattr(target, method)
+        remote = getattr(function, "remote", None)
+        if remote is not None:
+            return remote(*args)
+        return self._pool.submit(function, *_resolve_refs(args))
+
+    @staticmethod
+    def wait(pending: Sequence[Any], deadline: float, what: str) -> list[Any]:
+        results = []
+        for item in pending:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise SyncTimeoutError(what)
+            if isinstance(item, Future):
+                try:
+                    results.append(item.result(timeout=remaining))
+                except FutureTimeout:
+                    raise SyncTimeoutError(what) from None
+            else:
+                import ray
+
+                try:
+                    results.append(ray.get(item, timeout=remaining))
+                except ray.exceptions.GetTimeoutError:
+                    raise SyncTimeoutError(what) from None
+        return results
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _resolve_refs(args: Sequence[Any]) -> list[Any]:
+    """Ray resolves top-level ObjectRef arguments of remote calls; do the same for in-process calls."""
+    try:
+        import ray
+    except ImportError:  # pragma: no cover - ray is a dependency
+        return list(args)
+    return [ray.get(a) if isinstance(a, ray.ObjectRef) else a for a in args]
+
+
+class Synchronizer:
+    """Moves weights from the trainer to the engines with one :class:`~trinity.common.constants.SyncMethod`."""
+
+    def __init__(
+        self,
+        method: SyncMethod | str,
+        trainer: Any,
+        engines: Sequence[Any],
+        config: SynchronizerConfig | None = None,
+        *,
+        checkpoint_path: str | Path | None = None,
+        group_name: str = DEFAULT_GROUP_NAME,
+    ) -> None:
+        self.method = method if isinstance(method, SyncMethod) else SyncMethod.parse(method)
+        self.config = config or SynchronizerConfig()
+        ranks = getattr(trainer, "workers", trainer)
+        self.trainer_ranks: list[Any] = list(ranks) if isinstance(ranks, (list, tuple)) else [ranks]
+        if not self.trainer_ranks:
+            raise ValueError("the synchronizer needs the trainer's rank handles (rank 0 first)")
+        self.engines = list(engines)
+        self.checkpoint_path = Path(checkpoint_path) if checkpoint_path is not None else None
+        if self.method.kind == "checkpoint" and self.checkpoint_path is None:
+            raise ValueError("the checkpoint sync method needs a shared checkpoint_path (see default_sync_path)")
+        self.group_name = group_name
+        self.policy = SyncPolicy.from_config(self.config)
+        self.bucket_bytes = int(self.config.bucket_size_mb) << 20
+        self._calls = _Calls(len(self.trainer_ranks) + len(self.engines) + 1)
+        self._group_ready = False
+        self._groups_built = 0
+        self.last_report: SyncReport | None = None
+
+    # -- the online group ------------------------------------------------------------------
+
+    def setup(self) -> float:
+        """Build the online weight-sync group now (else the first sync does); return the seconds it took.
+
+        Raises :class:`SyncTimeoutError` past ``synchronizer.sync_timeout``.
+        """
+        started = time.monotonic()
+        try:
+            return self._setup(started)
+        except SyncTimeoutError as exc:
+            raise SyncTimeoutError(
+                f"weight-sync group setup ({self.method}) did not finish within synchronizer.sync_timeout = "
+                f"{self.config.sync_timeout:g} s while {exc.args[0] if exc.args else '?'}"
+            ) from None
+
+    def _setup(self, started: float) -> float:
+        """Build the online group (idempotent); timeouts raise SyncTimeoutError naming the phase."""
+        if self.method.kind != "collective" or self._group_ready or not self.engines:
+            return 0.0
+        assert self.method.collective is not None
+        deadline = started + self.config.sync_timeout
+        rank0 = self.trainer_ranks[0]
+        address, port = self._calls.wait([self._calls.start(rank0, "node_address")], deadline,
+                                         "asking trainer rank 0 for an address")[0]
+        self._groups_built += 1
+        info = WeightSyncGroupInfo(
+            master_addr=str(address), master_port=int(port), world_size=1 + len(self.engines), rank_offset=1,
+            group_name=f"{self.group_name}-{self._groups_built}", backend=self.method.collective,
+            timeout_s=float(self.config.sync_timeout),
+        )
+        pending = [self._calls.start(rank0, "init_weight_sync", info)]
+        pending += [self._calls.start(engine, "init_weight_sync", info, index)
+                    for index, engine in enumerate(self.engines)]
+        self._calls.wait(pending, deadline,
+                         f"building the {self.method.collective} weight-sync group of {info.world_size} ranks")
+        self._group_ready = True
+        return time.monotonic() - started
+
+    # -- one sync --------------------------------------------------------------------------
+
+    def sync(self, version: int) -> SyncReport:
+        """Move the trainer's current weights into every engine as ``version``; return the report.
+
+        Raises :class:`SyncTimeoutError` past ``synchronizer.sync_timeout`` and
+        :class:`SyncError` (with the cause) when a participant fails.
+        """
+        started = time.monotonic()
+        try:
+            return self._sync(version, started)
+        except SyncTimeoutError as exc:
+            self._group_ready = False  # a collective stopped half-way: the next sync builds a new group
+            raise SyncTimeoutError(
+                f"weight sync ({self.method}) of version {version} did not finish within "
+                f"synchronizer.sync_timeout = {self.config.sync_timeout:g} s while {exc.args[0] if exc.args else '?'}; "
+                "check that every engine is alive, or raise synchronizer.sync_timeout"
+            ) from None
+        except Exception as exc:
+            self._group_ready = False
+            if isinstance(exc, SyncError):
+                raise
+            raise SyncError(f"weight sync ({self.method}) of version {version} failed: {_cause(exc)}") from exc
+
+    def _sync(self, version: int, started: float) -> SyncReport:
+        if not self.engines and self.method.kind != "checkpoint":  # a checkpoint sync also publishes for later
+            return SyncReport(method=str(self.method), version=version, seconds=0.0, bytes=0, gather_seconds=0.0,
+                              transfer_seconds=0.0)
+        setup_seconds = self._setup(started) if self.method.kind == "collective" else 0.0
+        deadline = started + self.config.sync_timeout
+        gather_started = time.monotonic()
+        gathered = self._calls.wait([self._calls.start(r, "gather_weights") for r in self.trainer_ranks], deadline,
+                                    "gathering the full state dict on the trainer ranks")
+        metas: list[TensorMeta] = gathered[0]
+        nbytes = metas_bytes(metas)
+        transfer_started = time.monotonic()
+        rank0 = self.trainer_ranks[0]
+        if self.method.kind == "collective":
+            receiving = [self._calls.start(e, "receive_weights", metas, version, self.bucket_bytes)
+                         for e in self.engines]
+            sending = self._calls.start(rank0, "broadcast_weights", self.bucket_bytes)
+            self._calls.wait([sending, *receiving], deadline, "broadcasting the weights to the engines")
+        elif self.method.kind == "checkpoint":
+            assert self.checkpoint_path is not None
+            folder = str(self.checkpoint_path)
+            self._calls.wait([self._calls.start(rank0, "save_sync_weights", folder, version)], deadline,
+                             f"writing the weights to {folder}")
+            if self.engines:
+                self._calls.wait(
+                    [self._calls.start(e, "load_checkpoint_weights", folder, version) for e in self.engines],
+                    deadline, f"engines loading the weights from {folder}")
+        else:
+            ref = self._calls.wait([self._calls.start(rank0, "put_sync_weights")], deadline,
+                                   "putting the weights into the Ray object store")[0][0]
+            self._calls.wait([self._calls.start(e, "load_state_dict", ref, version) for e in self.engines], deadline,
+                             "engines loading the weights from the Ray object store")
+        finished = time.monotonic()
+        report = SyncReport(
+            method=str(self.method), version=version, seconds=finished - started, bytes=nbytes,
+            gather_seconds=transfer_started - gather_started, transfer_seconds=finished - transfer_started,
+            setup_seconds=setup_seconds, engines=len(self.engines),
+        )
+        self.last_report = report
+        logger.info("synced version %d to %d engines by %s: %.2f s, %.1f MB", version, len(self.engines),
+                    self.method, report.seconds, nbytes / 1e6)
+        return report
+
+    def close(self) -> None:
+        """Release the trainer side of the online group and the worker threads."""
+        if self._group_ready:
+            try:
+                self._calls.wait([self._calls.start(self.trainer_ranks[0], "close_weight_sync")],
+                                 time.monotonic() + 30, "closing the weight-sync group")
+            except Exception as exc:  # noqa: BLE001 - closing must not fail a run that is ending
+                logger.debug("closing the weight-sync group: %s", exc)
+            self._group_ready = False
+        self._calls.close()
+
+
+def _cause(exc: BaseException) -> str:
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, BaseException):
+        return f"{type(cause).__name__}: {cause}"
+    return f"{type(exc).__name__}: {exc}"

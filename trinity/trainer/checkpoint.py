@@ -1,0 +1,187 @@
+"""Atomic, resumable trainer checkpoints on a (shared) filesystem.
+
+Layout of a checkpoint folder::
+
+    <dir>/step-12/            a complete checkpoint
+        actor/                torch.distributed.checkpoint (DCP) shards: model + optimizer
+        critic/               the same for the critic (PPO), when there is one
+        hf/                   config.json, generation config and tokenizer files (for ``trinity convert``)
+        trainer_state.json    step, world size, algorithm, LR-scheduler states, the launcher's ``extra``
+    <dir>/latest              one line: ``step-12`` (replaced atomically)
+
+A checkpoint is written into ``<dir>/.tmp-step-N``, flushed, then renamed to
+``step-N``; only then is ``latest`` replaced (write a temporary file, fsync,
+``os.replace``). A crash at any point leaves ``latest`` naming a complete
+checkpoint (or no checkpoint at all), and a stale ``.tmp-*`` folder that the
+next save removes. ``trainer_state.json`` is written last inside the staging
+folder, so a folder that has it is complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+STATE_FILE = "trainer_state.json"
+LATEST_FILE = "latest"
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint is missing, incomplete or unreadable."""
+
+
+def fsync_dir(path: Path) -> None:
+    """Flush a directory entry (renames inside it) to disk, where the platform allows."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(root: Path) -> None:
+    """Flush every file under ``root`` and the directories themselves."""
+    for folder, _dirs, files in os.walk(root):
+        for name in files:
+            with open(os.path.join(folder, name), "rb") as handle:
+                os.fsync(handle.fileno())
+        fsync_dir(Path(folder))
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` atomically (temporary file beside it, fsync, rename)."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+class CheckpointDir:
+    """The checkpoints of one run under ``root``."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    def step_path(self, step: int) -> Path:
+        return self.root / f"step-{step}"
+
+    def staging_path(self, step: int) -> Path:
+        return self.root / f".tmp-step-{step}"
+
+    def begin(self, step: int) -> Path:
+        """Return an empty staging folder for ``step`` (removing a stale one left by a crash)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        staging = self.staging_path(step)
+        if staging.exists():
+            shutil.rmtree(staging)
+        staging.mkdir(parents=True)
+        return staging
+
+    def commit(self, step: int, state: dict[str, Any], max_checkpoints: int = 0) -> Path:
+        """Write ``state`` into the staging folder, flush it, rename it to ``step-N`` and point ``latest`` at it.
+
+        Then keep only the ``max_checkpoints`` newest checkpoints (0 keeps all).
+        Returns the committed folder.
+        """
+        staging = self.staging_path(step)
+        if not staging.is_dir():
+            raise CheckpointError(f"no staging folder {staging} to commit")
+        with open(staging / STATE_FILE, "w", encoding="utf-8") as handle:
+            json.dump(state, handle, indent=2, sort_keys=True)
+            handle.flush()
+            os.fsync(handle.fileno())
+        fsync_tree(staging)
+        final = self.step_path(step)
+        if final.exists():  # a re-save of the same step (after a resume): move the old one out of the way first
+            aside = self.root / f".old-step-{step}-{os.getpid()}"
+            os.replace(final, aside)
+            os.replace(staging, final)
+            shutil.rmtree(aside, ignore_errors=True)
+        else:
+            os.replace(staging, final)
+        fsync_dir(self.root)
+        write_text_atomic(self.root / LATEST_FILE, f"{final.name}\n")
+        if max_checkpoints > 0:
+            self.prune(max_checkpoints, keep=final)
+        return final
+
+    def complete_steps(self) -> list[int]:
+        """Return the steps of the complete checkpoints, ascending."""
+        if not self.root.is_dir():
+            return []
+        steps = []
+        for entry in self.root.iterdir():
+            match = _STEP_DIR.match(entry.name)
+            if match and (entry / STATE_FILE).is_file():
+                steps.append(int(match.group(1)))
+        return sorted(steps)
+
+    def latest(self) -> Path | None:
+        """Return the folder ``latest`` names, else the newest complete one, else None."""
+        pointer = self.root / LATEST_FILE
+        if pointer.is_file():
+            name = pointer.read_text(encoding="utf-8").strip()
+            candidate = self.root / name
+            if _STEP_DIR.match(name) and (candidate / STATE_FILE).is_file():
+                return candidate
+        steps = self.complete_steps()
+        return self.step_path(steps[-1]) if steps else None
+
+    def prune(self, max_checkpoints: int, keep: Path | None = None) -> list[Path]:
+        """Delete all but the ``max_checkpoints`` newest complete checkpoints (never ``keep``) and stale staging."""
+        removed: list[Path] = []
+        steps = self.complete_steps()
+        for step in steps[: max(0, len(steps) - max_checkpoints)]:
+            path = self.step_path(step)
+            if keep is not None and path == keep:
+                continue
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+        for entry in self.root.iterdir():
+            if entry.name.startswith((".tmp-step-", ".old-step-")) and entry.is_dir():
+                shutil.rmtree(entry, ignore_errors=True)
+                removed.append(entry)
+        return removed
+
+
+def read_state(checkpoint: str | Path) -> dict[str, Any]:
+    """Return the ``trainer_state.json`` of a checkpoint folder; raises CheckpointError when missing."""
+    path = Path(checkpoint) / STATE_FILE
+    if not path.is_file():
+        raise CheckpointError(f"{checkpoint} is not a complete trainer checkpoint (no {STATE_FILE})")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"{path}: unreadable ({exc})") from exc
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: expected a JSON object")
+    return data
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """Return the checkpoint folder ``path`` names: a ``step-N`` folder or a checkpoint root (its latest).
+
+    Raises CheckpointError when there is none.
+    """
+    folder = Path(path)
+    if (folder / STATE_FILE).is_file():
+        return folder
+    latest = CheckpointDir(folder).latest()
+    if latest is None:
+        raise CheckpointError(
+            f"no complete trainer checkpoint at {folder} (expected step-N folders or a 'latest' file)"
+        )
+    return latest

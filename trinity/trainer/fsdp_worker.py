@@ -1,0 +1,570 @@
+"""One rank of the FSDP2 trainer: the actor (policy), an optional frozen reference and an optional critic.
+
+A :class:`FSDPWorker` runs as a Ray actor (one per trainer rank; plain
+objects work too). The driver, :class:`~trinity.trainer.trainer.FSDPTrainer`,
+constructs all ranks, asks rank 0 for a rendezvous address, then calls
+:meth:`FSDPWorker.setup` on every rank at once. Every method marked
+*collective* must be called on all ranks together (FSDP gathers parameters
+in each forward, backward and state-dict call).
+
+Device handling goes through :mod:`trinity.device` only: the process group
+backend string (``cpu:gloo`` here, ``cpu:gloo,<device>:<collective>`` on an
+accelerator), ``set_device``, ``torch_device`` and the mesh's device type.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import math
+import os
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, cast
+
+import torch
+from torch import nn
+
+import trinity.device
+from trinity.algorithm import (
+    PolicyLossInputs,
+    aggregate,
+    compute_policy_loss,
+    entropy_bonus,
+    entropy_from_logits,
+    kl_loss,
+)
+from trinity.common.config.schema import Config
+from trinity.common.models.checksum import state_dict_checksum
+from trinity.common.models.engine import TensorMeta, WeightSyncGroupInfo
+from trinity.trainer.batching import Rows, count_units, micro_batches, row_count, slice_rows
+from trinity.trainer.checkpoint import CheckpointDir, read_state
+from trinity.trainer.models import (
+    device_mesh,
+    load_causal_lm,
+    load_value_model,
+    logprobs_and_entropy,
+    resolve_torch_compile,
+    shard_model,
+    torch_dtype,
+)
+from trinity.trainer.plan import TrainingPlan, Units, resolve_plan
+
+logger = logging.getLogger(__name__)
+
+#: Half-width of the critic's value clipping around the values of the rollout (PPO).
+VALUE_CLIP = 0.2
+#: Seconds the trainer's own process group waits in a collective before failing.
+TRAINER_PG_TIMEOUT_S = 1800.0
+#: Files of a model folder that are weights (not copied into a checkpoint's ``hf/``).
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".msgpack", ".h5")
+
+
+def hf_support_files(model_path: str | Path) -> list[Path]:
+    """Return the files of a Hugging Face folder other than weights (config, tokenizer, templates).
+
+    Empty when ``model_path`` is not a local folder (a hub name): the converter then needs ``--model-path``.
+    """
+    folder = Path(model_path)
+    if not folder.is_dir():
+        return []
+    found = []
+    for entry in sorted(folder.iterdir()):
+        if entry.is_file() and not entry.name.endswith(_WEIGHT_SUFFIXES) and not entry.name.endswith(".index.json"):
+            found.append(entry)
+    return found
+
+
+def _full_tensor(value: Any) -> torch.Tensor:
+    full = getattr(value, "full_tensor", None)
+    return full() if callable(full) else value  # type: ignore[no-any-return]
+
+
+def _linear_warmup(warmup_steps: int) -> Callable[[int], float]:
+    def factor(step: int) -> float:
+        if warmup_steps <= 0:
+            return 1.0
+        return min(1.0, (step + 1) / warmup_steps)
+
+    return factor
+
+
+class _Accumulator:
+    """Token-weighted means of per-micro-batch metrics."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = {}
+        self.weights: dict[str, float] = {}
+
+    def add(self, metrics: dict[str, float], weight: float) -> None:
+        if weight <= 0:
+            return
+        for name, value in metrics.items():
+            if math.isfinite(value):
+                self.sums[name] = self.sums.get(name, 0.0) + value * weight
+                self.weights[name] = self.weights.get(name, 0.0) + weight
+
+
+class FSDPWorker:
+    """One trainer rank. Construct cheaply, then call :meth:`setup` on every rank concurrently."""
+
+    def __init__(self, config: Config, rank: int, world_size: int, checkpoint_dir: str | None = None) -> None:
+        self.config = config
+        self.rank = rank
+        self.world_size = world_size
+        self.plan: TrainingPlan = resolve_plan(config.algorithm)
+        # Refuse an impossible compile request before anything heavy happens.
+        self.use_torch_compile = resolve_torch_compile(config.trainer.use_torch_compile)
+        self.checkpoints = CheckpointDir(checkpoint_dir) if checkpoint_dir else None
+        self.step = 0
+        self.compute_dtype = torch_dtype(config.model.dtype)
+        self._sync_state: dict[str, torch.Tensor] | None = None
+        self._weight_sync: Any = None
+        self._ready = False
+
+    # -- setup -----------------------------------------------------------------------------
+
+    def node_address(self) -> tuple[str, int]:
+        """Return ``(address, free port)`` on this rank's node (rank 0 hosts rendezvous stores)."""
+        from trinity.synchronizer.weight_sync import find_free_port, node_ip_address
+
+        return node_ip_address(), find_free_port()
+
+    def setup(self, master_addr: str, master_port: int, local_rank: int = 0) -> dict[str, Any]:
+        """Join the trainer's process group and build the models and optimizers (collective)."""
+        import torch.distributed as dist
+
+        started = time.monotonic()
+        trinity.device.set_device(local_rank)
+        self.device = trinity.device.torch_device()
+        if not dist.is_initialized():
+            dist.init_process_group(
+                backend=trinity.device.get_process_group_backend(),
+                init_method=f"tcp://{master_addr}:{master_port}",
+                rank=self.rank,
+                world_size=self.world_size,
+                timeout=datetime.timedelta(seconds=TRAINER_PG_TIMEOUT_S),
+            )
+        trinity.device.manual_seed(self.config.seed)
+        self.mesh = device_mesh(self.world_size)
+        model_path = self.config.model.model_path
+
+        self.actor = shard_model(load_causal_lm(model_path), self.mesh, self.compute_dtype)
+        self.actor.to(self.device)
+        self.actor.eval()  # no dropout in RL fine-tuning; gradients still flow
+        self.optimizer, self.scheduler = self._optimizer(self.actor, self.config.algorithm.optimizer.lr)
+
+        self.reference: nn.Module | None = None
+        if self.plan.use_reference:
+            reference = load_causal_lm(model_path)
+            reference.requires_grad_(False)
+            self.reference = shard_model(reference, self.mesh, self.compute_dtype)
+            self.reference.to(self.device)
+            self.reference.eval()
+
+        self.critic: nn.Module | None = None
+        self.critic_optimizer: torch.optim.Optimizer | None = None
+        self.critic_scheduler: torch.optim.lr_scheduler.LRScheduler | None = None
+        if self.plan.use_critic:
+            trinity.device.manual_seed(self.config.seed + 1)  # same value-head init on every rank
+            self.critic = shard_model(load_value_model(model_path), self.mesh, self.compute_dtype)
+            self.critic.to(self.device)
+            self.critic.eval()
+            critic_lr = self.config.algorithm.optimizer.critic_lr or self.config.algorithm.optimizer.lr
+            self.critic_optimizer, self.critic_scheduler = self._optimizer(self.critic, critic_lr)
+
+        head = logprobs_and_entropy
+        self._head: Callable[..., tuple[torch.Tensor, torch.Tensor | None]] = (
+            torch.compile(head, dynamic=True) if self.use_torch_compile else head
+        )
+        self._ready = True
+        params = sum(p.numel() for p in self.actor.parameters())
+        logger.info("trainer rank %d/%d ready in %.1f s", self.rank, self.world_size, time.monotonic() - started)
+        return {
+            "rank": self.rank,
+            "backend": trinity.device.get_process_group_backend(),
+            "device": str(self.device),
+            "local_params": int(params),
+            "use_torch_compile": self.use_torch_compile,
+            "reference": self.reference is not None,
+            "critic": self.critic is not None,
+        }
+
+    def _optimizer(
+        self, model: nn.Module, lr: float
+    ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
+        cfg = self.config.algorithm.optimizer
+        optimizer = torch.optim.AdamW(
+            [p for p in model.parameters() if p.requires_grad], lr=lr, betas=(cfg.betas[0], cfg.betas[1]),
+            weight_decay=cfg.weight_decay,
+        )
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _linear_warmup(cfg.warmup_steps))
+        return optimizer, scheduler
+
+    @property
+    def temperature(self) -> float:
+        temperature = self.config.model.temperature
+        return temperature if temperature > 0 else 1.0
+
+    # -- training --------------------------------------------------------------------------
+
+    def _to_device(self, rows: Rows) -> Rows:
+        return {name: tensor.to(self.device) for name, tensor in rows.items()}
+
+    def _slices(self, rows: Rows) -> list[slice]:
+        unit = 2 if self.plan.paired else 1
+        return micro_batches(row_count(rows), self.config.trainer.micro_batch_size, unit)
+
+    @torch.no_grad()
+    def prepare(self, rows: Rows, wanted: Sequence[str]) -> Rows:
+        """Return ``[B, T-1]`` tensors for the shard (collective): ``old_logprobs``, ``ref_logprobs``, ``values``."""
+        self._check_ready()
+        count, width = row_count(rows), rows["input_ids"].shape[1] - 1
+        out = {name: torch.zeros((count, width), dtype=torch.float32) for name in wanted}
+        for where in self._slices(rows):
+            mb = self._to_device(slice_rows(rows, where))
+            ids, mask = mb["input_ids"], mb["attention_mask"]
+            length = ids.shape[1] - 1
+            if "old_logprobs" in out:
+                logits = self.actor(input_ids=ids, attention_mask=mask, use_cache=False).logits
+                logprobs, _ = self._head(logits, ids, self.temperature, False)
+                out["old_logprobs"][where, :length] = logprobs.float().cpu()
+            if "ref_logprobs" in out:
+                if self.reference is None:
+                    raise RuntimeError("ref_logprobs asked for, but this trainer has no reference model")
+                logits = self.reference(input_ids=ids, attention_mask=mask, use_cache=False).logits
+                logprobs, _ = self._head(logits, ids, self.temperature, False)
+                out["ref_logprobs"][where, :length] = logprobs.float().cpu()
+            if "values" in out:
+                if self.critic is None:
+                    raise RuntimeError("values asked for, but this trainer has no critic")
+                values = self.critic(ids, mask)[:, :-1]
+                out["values"][where, :length] = values.float().cpu()
+        return out
+
+    def update(self, rows: Rows, units: dict[str, int]) -> dict[str, Any]:
+        """Run ``ppo_epochs`` optimizer steps on the shard (collective); return this rank's metric parts.
+
+        ``units`` holds the whole step's (all ranks') denominators: ``policy``
+        (units of the policy loss), ``agg`` (units of the KL / entropy
+        aggregation) and ``token`` (response tokens, for the critic).
+        """
+        self._check_ready()
+        plan = self.plan
+        agg_units: Units = "token" if plan.aggregation == "token-mean" else "seq"
+        world = self.world_size
+        acc = _Accumulator()
+        grad_norms: list[float] = []
+        critic_grad_norms: list[float] = []
+        skipped = 0
+        loss_total = 0.0
+        epochs = self.config.trainer.ppo_epochs
+        slices = self._slices(rows)
+        lr = float(self.scheduler.get_last_lr()[0])
+        for _epoch in range(epochs):
+            for where in slices:
+                mb = self._to_device(slice_rows(rows, where))
+                mask = mb["response_mask"]
+                tokens = float(count_units(mask, "token"))
+                w_policy = count_units(mask, plan.policy_units, paired=plan.paired) * world / max(1, units["policy"])
+                w_agg = count_units(mask, agg_units) * world / max(1, units["agg"])
+                step_metrics: dict[str, float] = {}
+
+                logits = self.actor(input_ids=mb["input_ids"], attention_mask=mb["attention_mask"],
+                                    use_cache=False).logits
+                with_entropy = plan.entropy_coef != 0
+                logprobs, entropy = self._head(logits, mb["input_ids"], self.temperature, with_entropy)
+                inputs = PolicyLossInputs(
+                    logprobs=logprobs,
+                    response_mask=mask,
+                    old_logprobs=mb.get("old_logprobs") if plan.needs_old_logprobs else None,
+                    advantages=mb.get("advantages"),
+                    ref_logprobs=mb.get("ref_logprobs"),
+                )
+                policy_loss, metrics = compute_policy_loss(plan.policy_loss_fn, inputs, **plan.policy_loss_options)
+                step_metrics.update(metrics)
+                total = policy_loss * w_policy
+                if plan.kl_target == "loss":
+                    assert plan.kl_fn is not None
+                    kl_term, metrics = kl_loss(logprobs, mb["ref_logprobs"], mask, coef=plan.kl_coef,
+                                               kl_fn=plan.kl_fn, aggregation=plan.aggregation)
+                    step_metrics.update(metrics)
+                    total = total + kl_term * w_agg
+                if with_entropy:
+                    assert entropy is not None
+                    bonus, metrics = entropy_bonus(entropy, mask, coef=plan.entropy_coef,
+                                                   aggregation=plan.aggregation)
+                    step_metrics.update(metrics)
+                    total = total - bonus * w_agg
+                else:
+                    with torch.no_grad():
+                        scaled = logits[:, :-1].detach()
+                        if self.temperature != 1.0:
+                            scaled = scaled / self.temperature
+                        step_metrics["entropy"] = float(aggregate(entropy_from_logits(scaled), mask, plan.aggregation))
+                if not total.requires_grad:  # every rank must run backward: FSDP reduces gradients collectively
+                    total = total + logits.sum() * 0.0
+                torch.autograd.backward(total)
+                loss_total += float(total.detach()) / world
+
+                if self.critic is not None:
+                    value_loss, metrics = self._value_loss(mb, w_tokens=tokens * world / max(1, units["token"]))
+                    step_metrics.update(metrics)
+                    torch.autograd.backward(value_loss)
+                acc.add(step_metrics, tokens)
+
+            norm = self._clip(self.actor)
+            grad_norms.append(norm)
+            if math.isfinite(norm):
+                self.optimizer.step()
+            else:
+                skipped += 1
+            self.optimizer.zero_grad(set_to_none=True)
+            if self.critic is not None:
+                assert self.critic_optimizer is not None
+                critic_norm = self._clip(self.critic)
+                critic_grad_norms.append(critic_norm)
+                if math.isfinite(critic_norm):
+                    self.critic_optimizer.step()
+                self.critic_optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        if self.critic_scheduler is not None:
+            self.critic_scheduler.step()
+        self.step += 1
+        return {
+            "sums": acc.sums,
+            "weights": acc.weights,
+            "loss": loss_total / epochs,
+            "grad_norm": grad_norms,
+            "critic_grad_norm": critic_grad_norms,
+            "skipped_steps": skipped,
+            "lr": lr,
+            "step": self.step,
+        }
+
+    def _value_loss(self, mb: Rows, w_tokens: float) -> tuple[torch.Tensor, dict[str, float]]:
+        assert self.critic is not None
+        mask = mb["response_mask"]
+        values = self.critic(mb["input_ids"], mb["attention_mask"])[:, :-1]
+        old = mb["values"]
+        returns = mb["returns"]
+        clipped = old + (values - old).clamp(-VALUE_CLIP, VALUE_CLIP)
+        unclipped_error = (values - returns) ** 2
+        clipped_error = (clipped - returns) ** 2
+        per_token = 0.5 * torch.maximum(unclipped_error, clipped_error)
+        loss = aggregate(per_token, mask, "token-mean")
+        with torch.no_grad():
+            clip_frac = aggregate((clipped_error > unclipped_error).float(), mask, "token-mean")
+            mean_value = aggregate(values.detach(), mask, "token-mean")
+        metrics = {"value_loss": float(loss.detach()), "value_clip_frac": float(clip_frac),
+                   "values_mean": float(mean_value)}
+        return loss * w_tokens, metrics
+
+    def _clip(self, model: nn.Module) -> float:
+        params = [p for p in model.parameters() if p.grad is not None]
+        if not params:
+            return 0.0
+        max_norm = self.config.trainer.grad_clip if self.config.trainer.grad_clip > 0 else float("inf")
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        return float(_full_tensor(norm))
+
+    # -- state dicts -----------------------------------------------------------------------
+
+    def _export_dtype(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        if self.compute_dtype == torch.float32:
+            return state
+        return {k: v.to(self.compute_dtype) if v.is_floating_point() else v for k, v in state.items()}
+
+    def full_state_dict(self, *, all_ranks: bool = False) -> dict[str, torch.Tensor]:
+        """Gather the actor's full weights (collective): on CPU on rank 0 (every rank with ``all_ranks``)."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        self._check_ready()
+        options = StateDictOptions(full_state_dict=True, cpu_offload=not all_ranks)
+        state = cast(dict[str, torch.Tensor], get_model_state_dict(self.actor, options=options))
+        if all_ranks:
+            state = {k: v.detach().cpu() for k, v in state.items()}
+        if self.world_size == 1:  # one rank: the "gathered" tensors are the live parameters; hand out copies
+            state = {k: v.detach().clone() for k, v in state.items()}
+        return self._export_dtype(state)
+
+    def state_dict_checksum(self) -> str:
+        """Return the checksum of the full actor weights as exported to engines (collective; same on every rank)."""
+        return state_dict_checksum(self.full_state_dict(all_ranks=True))
+
+    def critic_state_dict(self) -> dict[str, torch.Tensor]:
+        """Gather the critic's full weights on rank 0 (collective); empty without a critic."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        if self.critic is None:
+            return {}
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        state = cast(dict[str, torch.Tensor], get_model_state_dict(self.critic, options=options))
+        return {k: v.detach().clone() for k, v in state.items()} if self.world_size == 1 else state
+
+    def optimizer_state(self) -> dict[str, Any]:
+        """Return this rank's optimizer state as plain full tensors (collective; for tests and diagnostics)."""
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        _, optim_state = get_state_dict(self.actor, self.optimizer)
+        optim = cast(dict[str, Any], optim_state)
+        state = {
+            name: {key: _full_tensor(value).detach().cpu().clone() for key, value in entry.items()}
+            for name, entry in optim["state"].items()
+        }
+        return {"state": state, "lr": float(self.scheduler.get_last_lr()[0]), "step": self.step}
+
+    # -- checkpoints -----------------------------------------------------------------------
+
+    def save_checkpoint(self, extra: dict[str, Any] | None = None) -> str | None:
+        """Write a checkpoint of this step (collective); rank 0 commits it and returns its folder."""
+        import torch.distributed as dist
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+        from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
+
+        self._check_ready()
+        if self.checkpoints is None:
+            raise RuntimeError("this trainer has no checkpoint folder")
+        if self.rank == 0:
+            staging = self.checkpoints.begin(self.step)
+            for file in hf_support_files(self.config.model.model_path):
+                (staging / "hf").mkdir(exist_ok=True)
+                shutil.copy2(file, staging / "hf" / file.name)
+        dist.barrier()
+        staging = self.checkpoints.staging_path(self.step)
+        model_state, optim_state = get_state_dict(self.actor, self.optimizer)
+        dcp_save({"model": model_state, "optim": optim_state}, checkpoint_id=str(staging / "actor"))
+        if self.critic is not None:
+            assert self.critic_optimizer is not None
+            critic_model, critic_optim = get_state_dict(self.critic, self.critic_optimizer)
+            dcp_save({"model": critic_model, "optim": critic_optim}, checkpoint_id=str(staging / "critic"))
+        dist.barrier()
+        committed: str | None = None
+        if self.rank == 0:
+            state = {
+                "step": self.step,
+                "world_size": self.world_size,
+                "algorithm": self.plan.algorithm,
+                "model_path": self.config.model.model_path,
+                "dtype": self.config.model.dtype,
+                "critic": self.critic is not None,
+                "scheduler": self.scheduler.state_dict(),
+                "critic_scheduler": self.critic_scheduler.state_dict() if self.critic_scheduler else None,
+                "extra": extra or {},
+                "saved_at": time.time(),
+            }
+            path = self.checkpoints.commit(self.step, state, self.config.trainer.max_checkpoints)
+            committed = str(path)
+        dist.barrier()
+        return committed
+
+    def load_checkpoint(self, path: str) -> dict[str, Any]:
+        """Restore weights, optimizer, schedulers and step from the checkpoint folder ``path`` (collective).
+
+        Returns ``{"step": ..., "extra": ...}``.
+        """
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+        from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
+
+        self._check_ready()
+        folder = Path(path)
+        state = read_state(folder)
+        model_state, optim_state = get_state_dict(self.actor, self.optimizer)
+        loaded: dict[str, Any] = {"model": model_state, "optim": optim_state}
+        dcp_load(loaded, checkpoint_id=str(folder / "actor"))
+        set_state_dict(self.actor, self.optimizer, model_state_dict=loaded["model"], optim_state_dict=loaded["optim"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        if self.critic is not None:
+            assert self.critic_optimizer is not None and self.critic_scheduler is not None
+            if not (folder / "critic").is_dir():
+                raise RuntimeError(f"{folder} holds no critic, but this trainer trains one")
+            critic_model, critic_optim = get_state_dict(self.critic, self.critic_optimizer)
+            loaded = {"model": critic_model, "optim": critic_optim}
+            dcp_load(loaded, checkpoint_id=str(folder / "critic"))
+            set_state_dict(self.critic, self.critic_optimizer, model_state_dict=loaded["model"],
+                           optim_state_dict=loaded["optim"])
+            if state.get("critic_scheduler"):
+                self.critic_scheduler.load_state_dict(state["critic_scheduler"])
+        self.step = int(state["step"])
+        return {"step": self.step, "extra": state.get("extra", {})}
+
+    # -- weight sync (trainer side of the synchronizer) ------------------------------------
+
+    def init_weight_sync(self, info: WeightSyncGroupInfo) -> None:
+        """Rank 0: host the weight-sync group as its rank 0 (blocks until the engines join). Others: no-op."""
+        from trinity.synchronizer.weight_sync import WeightSyncGroup
+
+        if self.rank != 0:
+            return
+        if self._weight_sync is not None:
+            self._weight_sync.close()
+        self._weight_sync = WeightSyncGroup.create(info)
+
+    def gather_weights(self) -> list[TensorMeta] | None:
+        """Gather the full weights for a sync (collective); rank 0 keeps them and returns their metas."""
+        from trinity.synchronizer.weight_sync import state_dict_metas
+
+        state = self.full_state_dict()
+        if self.rank != 0:
+            return None
+        self._sync_state = state
+        return state_dict_metas(state)
+
+    def broadcast_weights(self, bucket_bytes: int) -> int:
+        """Rank 0: broadcast the gathered weights to the engines; return the bytes sent."""
+        from trinity.synchronizer.weight_sync import state_dict_bytes
+
+        state = self._take_sync_state()
+        if self._weight_sync is None:
+            raise RuntimeError("init_weight_sync was not called on trainer rank 0")
+        self._weight_sync.broadcast_state_dict(state, bucket_bytes)
+        return state_dict_bytes(state)
+
+    def save_sync_weights(self, folder: str, version: int) -> int:
+        """Rank 0: write the gathered weights for the checkpoint sync method; return the bytes written."""
+        from trinity.synchronizer.checkpoint_sync import save_weights
+        from trinity.synchronizer.weight_sync import state_dict_bytes
+
+        state = self._take_sync_state()
+        save_weights(state, folder, version)
+        return state_dict_bytes(state)
+
+    def put_sync_weights(self) -> list[Any]:
+        """Rank 0: put the gathered weights into the Ray object store; return ``[ObjectRef]`` (a list, so Ray
+        hands the reference back instead of the value)."""
+        from trinity.synchronizer.memory_sync import put_state_dict
+
+        return [put_state_dict(self._take_sync_state())]
+
+    def _take_sync_state(self) -> dict[str, torch.Tensor]:
+        if self.rank != 0:
+            raise RuntimeError("only trainer rank 0 holds the gathered weights")
+        if self._sync_state is None:
+            raise RuntimeError("gather_weights must run (on every rank) before the weights are sent")
+        state, self._sync_state = self._sync_state, None
+        return state
+
+    def close_weight_sync(self) -> None:
+        if self._weight_sync is not None:
+            self._weight_sync.close()
+            self._weight_sync = None
+
+    # -- lifetime --------------------------------------------------------------------------
+
+    def _check_ready(self) -> None:
+        if not self._ready:
+            raise RuntimeError("FSDPWorker.setup has not run")
+
+    def ping(self) -> int:
+        return os.getpid()
+
+    def shutdown(self) -> None:
+        """Leave the process groups (idempotent)."""
+        import torch.distributed as dist
+
+        self.close_weight_sync()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        self._ready = False

@@ -1,0 +1,132 @@
+"""The trainer's models: loading, the critic's value head, FSDP2 sharding and torch.compile policy.
+
+Nothing here names a device: the device type, the mesh and compile support
+come from :mod:`trinity.device`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+import trinity.device
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class TorchCompileUnsupportedError(ValueError):
+    """``trainer.use_torch_compile: true`` on a device backend that cannot compile."""
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    """Return the torch dtype of a ``model.dtype`` config value; raises ValueError for an unknown one."""
+    try:
+        return _DTYPES[name]
+    except KeyError:
+        raise ValueError(f"model.dtype: unknown dtype {name!r} (one of {', '.join(_DTYPES)})") from None
+
+
+def resolve_torch_compile(requested: bool | None) -> bool:
+    """Return whether to use ``torch.compile``: the backend's support when ``requested`` is None.
+
+    An explicit ``True`` on a backend that cannot compile raises
+    :class:`TorchCompileUnsupportedError` with the backend's reason.
+    """
+    support = trinity.device.torch_compile_support()
+    if requested is None:
+        return support.supported
+    if requested and not support.supported:
+        name = trinity.device.current_selection().name
+        reason = support.reason or "no reason given"
+        raise TorchCompileUnsupportedError(
+            f"trainer.use_torch_compile: true, but the {name!r} device backend cannot compile ({reason}); "
+            "set it to false, or leave it unset to follow the backend"
+        )
+    return requested
+
+
+def load_causal_lm(path: str, *, trust_remote_code: bool = False) -> nn.Module:
+    """Load a Hugging Face causal LM in float32 (the optimizer's master weights) on the CPU."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, trust_remote_code=trust_remote_code)
+    model.config.use_cache = False
+    return model  # type: ignore[no-any-return]
+
+
+class ValueModel(nn.Module):
+    """A critic: the policy's architecture without the LM head, plus a linear value head per position."""
+
+    def __init__(self, backbone: nn.Module, hidden_size: int) -> None:
+        super().__init__()
+        self.backbone = backbone
+        self.value_head = nn.Linear(hidden_size, 1)
+        nn.init.normal_(self.value_head.weight, std=1.0 / (hidden_size + 1) ** 0.5)
+        nn.init.zeros_(self.value_head.bias)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Return ``[B, T]`` values (float32)."""
+        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+        values: torch.Tensor = self.value_head(hidden.to(self.value_head.weight.dtype))
+        return values.squeeze(-1).float()
+
+
+def load_value_model(path: str, *, trust_remote_code: bool = False) -> ValueModel:
+    """Return a :class:`ValueModel` with the backbone of the causal LM at ``path`` and a fresh value head."""
+    from transformers import AutoModel
+
+    backbone = AutoModel.from_pretrained(path, dtype=torch.float32, trust_remote_code=trust_remote_code)
+    config = backbone.config
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return ValueModel(backbone, int(text_config.hidden_size))
+
+
+def _block_classes(model: nn.Module) -> set[str]:
+    names: set[str] = set()
+    for module in model.modules():
+        names.update(getattr(module, "_no_split_modules", None) or ())
+    return names
+
+
+def shard_model(model: nn.Module, mesh: Any, compute_dtype: torch.dtype) -> nn.Module:
+    """Apply FSDP2 ``fully_shard`` to each transformer block, then to the root; return the model.
+
+    Blocks are the module classes the model lists in ``_no_split_modules``.
+    With a compute dtype other than float32, parameters are gathered in that
+    dtype and gradients reduced in float32 (the sharded weights stay float32).
+    """
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    kwargs: dict[str, Any] = {"mesh": mesh}
+    if compute_dtype != torch.float32:
+        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
+    blocks = _block_classes(model)
+    for module in model.modules():
+        if type(module).__name__ in blocks:
+            fully_shard(module, **kwargs)
+    fully_shard(model, **kwargs)
+    return model
+
+
+def device_mesh(world_size: int) -> Any:
+    """Return the 1-D device mesh of the trainer ranks on the selected device type."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh(trinity.device.get_device_type(), (world_size,))
+
+
+def logprobs_and_entropy(
+    logits: torch.Tensor, input_ids: torch.Tensor, temperature: float, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Return ``[B, T-1]`` token log-probs (and entropies) of ``logits / temperature``."""
+    from trinity.algorithm import entropy_from_logits, token_logprobs
+
+    logprobs = token_logprobs(logits, input_ids, temperature=temperature)
+    if not with_entropy:
+        return logprobs, None
+    scaled = logits[:, :-1]
+    if temperature != 1.0:
+        scaled = scaled / temperature
+    return logprobs, entropy_from_logits(scaled)
