@@ -43,10 +43,10 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def typecheck(session: nox.Session) -> None:
-    """mypy (strict) over the device layer, the CLI and both backends."""
+    """mypy (strict) over the whole framework and both backends."""
     install_project(session)
     session.run(
-        "mypy", "trinity/device", "trinity/cli", "trinity_backend_cuda/src", "trinity_backend_npu/src",
+        "mypy", "trinity", "trinity_backend_cuda/src", "trinity_backend_npu/src",
     )
 
 

@@ -17,7 +17,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from trinity.cli import backends
+from trinity.cli import backends, run
 from trinity.cli.errors import EXIT_FAILURE, EXIT_USAGE, CLIError, UsageError
 
 PROG = "trinity"
@@ -27,7 +27,7 @@ DEBUG_ENV = "TRINITY_DEBUG"
 EXIT_INTERRUPTED = 130
 
 #: Each command module's ``register(subparsers, common)``; add ``run``, ``convert``... here.
-COMMANDS: tuple[Callable[[Any, argparse.ArgumentParser], None], ...] = (backends.register,)
+COMMANDS: tuple[Callable[[Any, argparse.ArgumentParser], None], ...] = (run.register, backends.register)
 
 
 class Parser(argparse.ArgumentParser):

@@ -28,6 +28,8 @@ class RayConnection:
     address: str
     #: True when this process started the cluster (and should shut it down).
     started_here: bool
+    #: True when this call initialised Ray in this process (False: it already was, leave it be).
+    initialized_here: bool = True
 
 
 def _answers(address: str, timeout_s: float = 1.0) -> bool:
@@ -56,7 +58,7 @@ def connect(address: str = "", num_cpus: int | None = None, **init_kwargs: Any) 
     import ray
 
     if ray.is_initialized():
-        return RayConnection(address="existing", started_here=False)
+        return RayConnection(address="existing", started_here=False, initialized_here=False)
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     target = address or os.environ.get("RAY_ADDRESS", "")
     kwargs = {"include_dashboard": False, "logging_level": "WARNING", "log_to_driver": True, **init_kwargs}
@@ -79,8 +81,8 @@ def connect(address: str = "", num_cpus: int | None = None, **init_kwargs: Any) 
 
 
 def disconnect(connection: RayConnection) -> None:
-    """Shut Ray down in this process (the cluster too when it was started here)."""
+    """Disconnect this process from Ray (stopping the cluster when it was started here); no-op if Ray was already up."""
     import ray
 
-    if ray.is_initialized():
+    if connection.initialized_here and ray.is_initialized():
         ray.shutdown()

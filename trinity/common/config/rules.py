@@ -12,7 +12,7 @@ def check_rules(config: Config) -> None:
     """Raise ``ConfigError`` naming the first broken rule's dotted path."""
     from trinity.common.config.loader import ConfigError
 
-    positive = {
+    positive: dict[str, float] = {
         "buffer.batch_size": config.buffer.batch_size,
         "buffer.total_epochs": config.buffer.total_epochs,
         "algorithm.repeat_times": config.algorithm.repeat_times,
@@ -27,14 +27,13 @@ def check_rules(config: Config) -> None:
         "trainer.ppo_epochs": config.trainer.ppo_epochs,
         "cluster.node_num": config.cluster.node_num,
         "cluster.devices_per_node": config.cluster.devices_per_node,
-        "cluster.cpus_per_bundle": config.cluster.cpus_per_bundle,
         "model.max_prompt_tokens": config.model.max_prompt_tokens,
         "model.max_response_tokens": config.model.max_response_tokens,
     }
     for path, value in positive.items():
         if value < 1:
             raise ConfigError(f"{path}: must be at least 1, got {value}")
-    non_negative = {
+    non_negative: dict[str, float] = {
         "buffer.total_steps": config.buffer.total_steps,
         "synchronizer.sync_offset": config.synchronizer.sync_offset,
         "trainer.save_interval": config.trainer.save_interval,
@@ -47,6 +46,8 @@ def check_rules(config: Config) -> None:
     for path, value in non_negative.items():
         if value < 0:
             raise ConfigError(f"{path}: must be 0 or more, got {value}")
+    if config.cluster.cpus_per_bundle <= 0:
+        raise ConfigError(f"cluster.cpus_per_bundle: must be positive, got {config.cluster.cpus_per_bundle}")
     if config.model.temperature < 0:
         raise ConfigError(f"model.temperature: must be 0 (greedy) or more, got {config.model.temperature}")
     if not 0 < config.model.top_p <= 1:

@@ -67,8 +67,8 @@ class ClusterConfig:
     devices_per_node: int = 1
     #: Device backend: ``auto`` or an installed backend's name (``cpu``, ``cuda``, ``npu``, ...).
     device: str = "auto"
-    #: CPUs per placement-group bundle.
-    cpus_per_bundle: int = 1
+    #: CPUs (Ray's logical CPUs; fractions allowed) per engine and per trainer process.
+    cpus_per_bundle: float = 1.0
 
 
 @dataclass
@@ -173,6 +173,8 @@ class SynchronizerConfig:
     sync_timeout: float = 600.0
     #: Bucket size of the online broadcast, in MiB.
     bucket_size_mb: int = 64
+    #: After each sync, compare the engines' weight checksums with the trainer's (slow; for debugging and tests).
+    verify_checksums: bool = False
 
 
 @dataclass

@@ -30,7 +30,7 @@ class Layout:
     #: Trainer processes.
     trainers: int
     #: CPUs reserved per bundle.
-    cpus_per_bundle: int
+    cpus_per_bundle: float
     #: The resolved sync method.
     sync_method: SyncMethod
     #: Whether the trainer compiles the model.
@@ -91,7 +91,7 @@ def resolve_layout(config: Config, backend: Backend, cluster_resources: Mapping[
     have_cpus = float(cluster_resources.get("CPU", 0))
     if bundles * cpus > have_cpus:
         raise ConfigError(
-            f"cluster.cpus_per_bundle: {bundles} bundle(s) x {cpus} CPU = {bundles * cpus} CPUs asked but the "
+            f"cluster.cpus_per_bundle: {bundles} bundle(s) x {cpus:g} CPU = {bundles * cpus:g} CPUs asked but the "
             f"Ray cluster has {have_cpus:g}; lower cluster.cpus_per_bundle or the number of engines/trainers"
         )
     return Layout(

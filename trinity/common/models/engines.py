@@ -32,7 +32,7 @@ def engine_actor_options(config: Config) -> dict[str, Any]:
     from trinity import device
 
     options: dict[str, Any] = {
-        "num_cpus": 1,
+        "num_cpus": config.cluster.cpus_per_bundle,
         # runners of this engine call it concurrently; the engine combines their requests into batches
         "max_concurrency": config.explorer.runners_per_engine + 2,
         "runtime_env": {"env_vars": device.worker_env()},

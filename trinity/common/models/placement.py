@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 
-def bundles(count: int, resource_key: str | None, cpus_per_bundle: int) -> list[dict[str, float]]:
+def bundles(count: int, resource_key: str | None, cpus_per_bundle: float) -> list[dict[str, float]]:
     """Return ``count`` bundles of one device plus CPUs (CPU bundles only on the CPU backend)."""
     if count < 1:
         raise ValueError(f"a placement group needs at least one bundle, got {count}")
@@ -23,7 +23,7 @@ def strategy(count: int, devices_per_node: int, resource_key: str | None) -> str
 
 
 def create_placement_group(
-    count: int, resource_key: str | None, cpus_per_bundle: int, devices_per_node: int, *, name: str = "",
+    count: int, resource_key: str | None, cpus_per_bundle: float, devices_per_node: int, *, name: str = "",
     timeout_s: float = 120.0,
 ) -> Any:
     """Create and wait for a placement group; raises TimeoutError naming what could not be placed."""
@@ -37,6 +37,6 @@ def create_placement_group(
         ray.util.remove_placement_group(group)
         raise TimeoutError(
             f"placement group {name or '?'} of {count} x {wanted[0]} could not be placed within {timeout_s:g} s; "
-            f"the cluster offers {ray.available_resources()}"
+            f"the cluster offers {ray.available_resources()}"  # type: ignore[no-untyped-call]
         )
     return group

@@ -65,7 +65,7 @@ def build_tokenizer(vocab_size: int = 400, seed: int = 0):  # type: ignore[no-un
         show_progress=False,
     )
     core.train_from_iterator(synthetic_corpus(seed=seed), trainer=trainer)
-    return PreTrainedTokenizerFast(
+    return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
         tokenizer_object=core,
         bos_token=None,
         eos_token="<|im_end|>",
