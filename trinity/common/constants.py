@@ -35,7 +35,7 @@ class SyncMethod:
     def parse(cls, value: str, collective: str | None = None) -> SyncMethod:
         """Return the method named by ``value``; ``collective`` defaults to the selected backend's.
 
-        A collective's own name (``"nccl"``) is accepted only when it is the
+        A collective's own name (the CUDA backend's, say) is accepted only when it is the
         selected backend's collective: asking NCCL on an Ascend cluster is an
         error, not a silent switch. Raises :class:`SyncMethodError`.
         """

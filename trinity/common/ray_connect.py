@@ -63,6 +63,12 @@ def connect(address: str = "", num_cpus: int | None = None, **init_kwargs: Any) 
     target = address or os.environ.get("RAY_ADDRESS", "")
     kwargs = {"include_dashboard": False, "logging_level": "WARNING", "log_to_driver": True, **init_kwargs}
     if target and target not in ("local", "auto"):
+        if not target.startswith("ray://") and not _answers(target, timeout_s=5.0):
+            raise RayConnectionError(
+                f"no Ray cluster answers at {target!r} (nothing listens on that host:port); check "
+                "cluster.ray_address / RAY_ADDRESS and that `ray status` works there, or leave "
+                "cluster.ray_address empty to start a local cluster"
+            )
         try:
             ray.init(address=target, **kwargs)
         except Exception as exc:  # noqa: BLE001 - Ray raises many types here
