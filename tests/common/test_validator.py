@@ -86,3 +86,7 @@ def test_bundles_and_strategy() -> None:
     assert bundles(1, None, 2) == [{"CPU": 2.0}]
     assert strategy(8, 8, "NPU") == "STRICT_PACK" and strategy(16, 8, "NPU") == "PACK"
     assert strategy(16, 8, None) == "STRICT_PACK"
+
+
+def test_engine_bundles_carry_their_tensor_parallel_devices() -> None:
+    assert bundles(1, "NPU", 2, devices=4) == [{"NPU": 4.0, "CPU": 2.0}]

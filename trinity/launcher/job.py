@@ -23,6 +23,7 @@ from typing import Any
 from trinity.common.config import load_config
 from trinity.common.config.schema import Config
 from trinity.launcher.evaluation import evaluate
+from trinity.launcher.placement import place
 from trinity.launcher.session import Session, open_session
 
 logger = logging.getLogger("trinity.launcher")
@@ -97,8 +98,9 @@ def run_both(session: Session) -> None:
 
     cfg = session.config
     tasks = TaskScheduler.for_training(cfg.buffer, seed=cfg.seed)
-    engines = create_engines(cfg)
-    trainer = FSDPTrainer(cfg, checkpoint_dir=session.run_dir / "checkpoints")
+    placement = place(cfg, session.layout)
+    engines = create_engines(cfg, options_for=placement.engine_options)
+    trainer = FSDPTrainer(cfg, checkpoint_dir=session.run_dir / "checkpoints", placement_group=placement.trainer_group)
     storage = make_storage(cfg.buffer.experience_buffer, name="experience", run_dir=session.run_dir)
     pipeline, strategy = _pipeline_and_strategy(session, storage, trainer.pad_token_id)
     resumed = trainer.resume()
@@ -166,6 +168,7 @@ def run_both(session: Session) -> None:
         storage.close()
         sync.close()
         trainer.shutdown()
+        placement.remove()
 
 
 class SyncMismatchError(RuntimeError):

@@ -41,14 +41,20 @@ def engine_actor_options(config: Config) -> dict[str, Any]:
     return options
 
 
-def create_engines(config: Config, *, as_actors: bool = True, **actor_options: Any) -> list[Any]:
+def create_engines(
+    config: Config,
+    *,
+    as_actors: bool = True,
+    options_for: Callable[[int], dict[str, Any]] | None = None,
+    **actor_options: Any,
+) -> list[Any]:
     """Start ``config.explorer.engine_num`` engines of ``config.explorer.engine_type`` and return them.
 
     As Ray actors (Ray must be initialised) with :func:`engine_actor_options`
-    updated by ``actor_options`` (e.g. a placement-group scheduling strategy),
-    or in this process when ``as_actors`` is False. A missing model folder is
-    built first when ``model.tiny`` is set. Raises UnknownNameError for an
-    unknown engine type.
+    updated by ``actor_options`` and by ``options_for(index)`` (e.g. the
+    engine's placement-group scheduling strategy), or in this process when
+    ``as_actors`` is False. A missing model folder is built first when
+    ``model.tiny`` is set. Raises UnknownNameError for an unknown engine type.
     """
     cls = ENGINES.get(config.explorer.engine_type)()
     if config.model.tiny is not None:
@@ -66,6 +72,6 @@ def create_engines(config: Config, *, as_actors: bool = True, **actor_options: A
             continue
         import ray
 
-        options = {**engine_actor_options(config), **actor_options}
+        options = {**engine_actor_options(config), **actor_options, **(options_for(index) if options_for else {})}
         engines.append(ray.remote(cls).options(**options).remote(**kwargs))
     return engines

@@ -5,13 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 
-def bundles(count: int, resource_key: str | None, cpus_per_bundle: float) -> list[dict[str, float]]:
-    """Return ``count`` bundles of one device plus CPUs (CPU bundles only on the CPU backend)."""
+def bundles(
+    count: int, resource_key: str | None, cpus_per_bundle: float, devices: int = 1
+) -> list[dict[str, float]]:
+    """Return ``count`` bundles of ``devices`` devices plus CPUs (CPU bundles only on the CPU backend)."""
     if count < 1:
         raise ValueError(f"a placement group needs at least one bundle, got {count}")
     bundle: dict[str, float] = {"CPU": float(cpus_per_bundle)}
     if resource_key is not None:
-        bundle = {resource_key: 1.0, **bundle}
+        bundle = {resource_key: float(devices), **bundle}
     return [dict(bundle) for _ in range(count)]
 
 
@@ -24,13 +26,13 @@ def strategy(count: int, devices_per_node: int, resource_key: str | None) -> str
 
 def create_placement_group(
     count: int, resource_key: str | None, cpus_per_bundle: float, devices_per_node: int, *, name: str = "",
-    timeout_s: float = 120.0,
+    devices: int = 1, timeout_s: float = 120.0,
 ) -> Any:
     """Create and wait for a placement group; raises TimeoutError naming what could not be placed."""
     import ray
     from ray.util.placement_group import placement_group
 
-    wanted = bundles(count, resource_key, cpus_per_bundle)
+    wanted = bundles(count, resource_key, cpus_per_bundle, devices)
     group = placement_group(wanted, strategy=strategy(count, devices_per_node, resource_key), name=name)
     ready, _ = ray.wait([group.ready()], timeout=timeout_s)
     if not ready:
