@@ -55,23 +55,36 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
     return overrides
 
 
-def _user_errors() -> tuple[type[BaseException], ...]:
+def _bad_input() -> tuple[type[BaseException], ...]:
+    """Errors in what the user gave: the config, its files, the Ray address (exit 2)."""
+    from trinity.buffer.errors import TaskFileError, TaskPositionError
     from trinity.common.config import ConfigError
     from trinity.common.ray_connect import RayConnectionError
     from trinity.common.registry import RegistryError
 
-    return (ConfigError, RayConnectionError, RegistryError, FileNotFoundError)
+    return (ConfigError, RayConnectionError, RegistryError, FileNotFoundError, TaskFileError, TaskPositionError)
+
+
+def _run_failures() -> tuple[type[BaseException], ...]:
+    """Errors of a run that started correctly and then could not go on (exit 1)."""
+    from trinity.buffer.errors import StorageError
+    from trinity.synchronizer.synchronizer import SyncError
+    from trinity.trainer.checkpoint import CheckpointError
+
+    return (StorageError, SyncError, CheckpointError)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Load the config and run the job; return the exit status."""
     from trinity.launcher import run_job
 
-    errors = _user_errors()
+    bad_input, failures = _bad_input(), _run_failures()
     try:
         return run_job(args.config, parse_overrides(args.overrides))
-    except errors as exc:
+    except bad_input as exc:
         raise CLIError(str(exc), EXIT_USAGE) from None
+    except failures as exc:
+        raise CLIError(f"the run stopped: {exc}", EXIT_FAILURE) from None
 
 
 def cmd_convert(args: argparse.Namespace) -> int:

@@ -64,5 +64,7 @@ def check_rules(config: Config) -> None:
         raise ConfigError(
             "model.model_path: required (a Hugging Face model folder; with model.tiny it is built if missing)"
         )
+    if config.mode == "bench" and not config.buffer.eval_tasks:
+        raise ConfigError("buffer.eval_tasks: mode bench needs at least one evaluation task set")
     if config.mode in ("both", "explore") and not config.buffer.train_tasks.path:
         raise ConfigError("buffer.train_tasks.path: required in mode both/explore (a JSONL or Parquet task file)")
