@@ -72,8 +72,8 @@ figure is set against a baseline taken in the same run, interleaved with it.
 Both sides run with ``--threads`` torch threads (default 1: on a shared 2-core
 machine, 2 threads make per-round ratios scatter from 0.5x to 5x).
 
-Needs TRL (``pip install -e ".[bench]"``). Run ``.venv/bin/python benchmarks/bench_rft.py``; it prints a table and writes
-JSON to ``benchmarks/results/rft.json`` (``--out`` to change). About 1-2
+Needs TRL (``pip install -e ".[bench]"``). Run ``.venv/bin/python benchmarks/bench_rft.py``;
+it prints a table and writes JSON to ``benchmarks/results/rft.json`` (``--out`` to change). About 1-2
 minutes with the defaults on a busy 2-core machine.
 """
 
