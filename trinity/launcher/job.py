@@ -236,7 +236,7 @@ def run_explore(session: Session) -> None:
     from trinity.explorer.scheduler import Scheduler
     from trinity.monitor.keys import PHASE_EXPLORE
     from trinity.synchronizer.synchronizer import default_sync_path
-    from trinity.trainer.checkpoint import write_text_atomic
+    from trinity.utils.fs import write_text_atomic
 
     cfg = session.config
     _warn_if_not_persistent(session)

@@ -21,32 +21,18 @@ from pathlib import Path
 
 import torch
 
+from trinity.utils.fs import fsync_dir as _fsync_dir
+from trinity.utils.fs import fsync_file as _fsync_file
+
 WEIGHTS_FILE = "model.safetensors"
 VERSION_FILE = "version"
 #: Versioned folders kept besides the one ``folder`` names.
 KEEP_PREVIOUS = 1
 
 
+
 class CheckpointSyncError(RuntimeError):
     """Weights could not be written or read at the sync path."""
-
-
-def _fsync_file(path: Path) -> None:
-    with open(path, "rb") as handle:
-        os.fsync(handle.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _unshared(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:

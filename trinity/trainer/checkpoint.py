@@ -26,47 +26,16 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from trinity.utils.fs import fsync_dir, fsync_tree, write_text_atomic
+
 STATE_FILE = "trainer_state.json"
 LATEST_FILE = "latest"
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
 
+
 class CheckpointError(RuntimeError):
     """A checkpoint is missing, incomplete or unreadable."""
-
-
-def fsync_dir(path: Path) -> None:
-    """Flush a directory entry (renames inside it) to disk, where the platform allows."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def fsync_tree(root: Path) -> None:
-    """Flush every file under ``root`` and the directories themselves."""
-    for folder, _dirs, files in os.walk(root):
-        for name in files:
-            with open(os.path.join(folder, name), "rb") as handle:
-                os.fsync(handle.fileno())
-        fsync_dir(Path(folder))
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` atomically (temporary file beside it, fsync, rename)."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
 
 
 class CheckpointDir:

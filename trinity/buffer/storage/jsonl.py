@@ -37,25 +37,12 @@ from trinity.buffer.storage.base import (
 )
 from trinity.common.config.schema import StorageConfig
 from trinity.common.experience import Experience
+from trinity.utils.fs import fsync_dir as _fsync_dir
 
 logger = logging.getLogger(__name__)
 
 #: The line ``close`` appends; a reader that reaches it as the last line knows the writers are done.
 END_MARKER = b'{"__trinity_buffer__":"closed"}\n'
-
-
-def _fsync_dir(folder: Path) -> None:
-    """Make a new file's directory entry durable (best effort)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 @STORAGES.register("jsonl")
