@@ -40,7 +40,7 @@ def job_config(tmp: Path, model: Path, **overrides: object) -> dict:
         },
         "explorer": {"engine_num": 1, "runners_per_engine": 2},
         "synchronizer": {"sync_method": "online", "verify_checksums": True},
-        "trainer": {"trainer_num": 2, "micro_batch_size": 4},
+        "trainer": {"trainer_num": 2, "micro_batch_size": 4, "use_torch_compile": False},
         "algorithm": {"algorithm_type": "grpo", "repeat_times": 4, "optimizer": {"lr": 1e-3}},
         "monitor": {"progress": False},
     }

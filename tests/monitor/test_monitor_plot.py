@@ -109,3 +109,11 @@ def test_plot_off_draws_nothing_and_a_missing_file_is_an_error(tmp_path: Path) -
     assert monitor.plot_path is None and not (tmp_path / REWARD_PLOT_FILE).exists()
     with pytest.raises(FileNotFoundError):
         plot_reward_curve(tmp_path / "nope.jsonl")
+
+
+def test_an_eval_set_named_eval_is_labelled_once() -> None:
+    from trinity.monitor.plot import reward_series
+    from trinity.monitor.records import MetricRecord
+
+    series = reward_series([MetricRecord(4, "eval", 0.0, {"eval/reward/mean": 0.25})])
+    assert series.eval == {"eval": {4: 0.25}}

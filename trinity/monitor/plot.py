@@ -61,7 +61,7 @@ def reward_series(records: Iterable[MetricRecord]) -> RewardSeries:
             for key, value in record.metrics.items():
                 if is_reward_key(key) and math.isfinite(value):
                     prefix = key[: -len(REWARD_MEAN)].rstrip("/")
-                    label = f"eval {prefix}" if prefix else "eval"
+                    label = f"eval {prefix}" if prefix and prefix != "eval" else "eval"
                     evals.setdefault(label, {})[record.step] = float(value)
     series = RewardSeries(eval=evals)
     for phase in TRAIN_PHASES:
