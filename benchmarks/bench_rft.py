@@ -122,22 +122,14 @@ def bench_weight_sync(total_mb: int, bucket_mbs: Sequence[int], rounds: int) -> 
     import ray
 
     import trinity.device
-    from trinity.common.models.engine import WeightSyncGroupInfo
-    from trinity.synchronizer.benchmark import _Peer, model_like_state_dict
-    from trinity.synchronizer.weight_sync import state_dict_metas
+    from trinity.synchronizer.benchmark import peer_pair
 
     trinity.device.select_backend("cpu")
     backend = trinity.device.get_collective_backend()
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        remote = ray.remote(_Peer)
-        sender: Any = remote.options(num_cpus=0).remote()
-        receiver: Any = remote.options(num_cpus=0).remote()
-        host, port = ray.get(sender.address.remote())
-        info = WeightSyncGroupInfo(host, port, 2, 1, "bench-rft", backend, 120.0)
-        total = ray.get([sender.join.remote(info, 0, total_mb << 20), receiver.join.remote(info, 1, 0)])[0]
-        metas = state_dict_metas(model_like_state_dict(total_mb << 20))
+        sender, receiver, total, metas = peer_pair(total_mb, backend, "bench-rft")
         variants: list[tuple[str, str, tuple[Any, ...]]] = [("raw", "raw", (total // 4,))]
         variants += [(f"bucketed_{mb}MiB", "bucketed", (metas, mb << 20)) for mb in bucket_mbs]
 

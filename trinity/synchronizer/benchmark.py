@@ -83,6 +83,24 @@ class _Peer:
             self.group.close()
 
 
+def peer_pair(total_mb: int, backend: str, group_name: str) -> tuple[Any, Any, int, list[TensorMeta]]:
+    """Start a sender and a receiver actor joined in one weight-sync group (Ray must be initialised).
+
+    Returns ``(sender, receiver, total_bytes, metas)``: the sender holds a
+    model-like state dict of ``total_mb`` MiB described by ``metas``.
+    """
+    import ray
+
+    remote = ray.remote(_Peer)
+    sender: Any = remote.options(num_cpus=0).remote()
+    receiver: Any = remote.options(num_cpus=0).remote()
+    host, port = ray.get(sender.address.remote())
+    info = WeightSyncGroupInfo(host, port, 2, 1, group_name, backend, 120.0)
+    total = ray.get([sender.join.remote(info, 0, total_mb << 20), receiver.join.remote(info, 1, 0)])[0]
+    metas = state_dict_metas(model_like_state_dict(total_mb << 20))
+    return sender, receiver, int(total), metas
+
+
 def run(total_mb: int, bucket_mb: list[int], rounds: int, backend: str) -> dict[str, Any]:
     import ray
 
@@ -91,13 +109,7 @@ def run(total_mb: int, bucket_mb: list[int], rounds: int, backend: str) -> dict[
     if started_here:
         ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        remote = ray.remote(_Peer)
-        sender: Any = remote.options(num_cpus=0).remote()
-        receiver: Any = remote.options(num_cpus=0).remote()
-        host, port = ray.get(sender.address.remote())
-        info = WeightSyncGroupInfo(host, port, 2, 1, "benchmark", backend, 120.0)
-        total = ray.get([sender.join.remote(info, 0, total_mb << 20), receiver.join.remote(info, 1, 0)])[0]
-        metas = state_dict_metas(model_like_state_dict(total_mb << 20))
+        sender, receiver, total, metas = peer_pair(total_mb, backend, "benchmark")
         numel = total // 4
 
         def measure(method: str, *args: Any) -> list[float]:
