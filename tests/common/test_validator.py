@@ -33,7 +33,8 @@ CPU = load_plugin(cpu, expected_name="cpu")
 
 
 def test_npu_layout_counts_npus_and_resolves_online_to_its_collective() -> None:
-    cfg = config(explorer={"engine_num": 2, "tensor_parallel_size": 2}, trainer={"trainer_num": 4},
+    cfg = config(explorer={"engine_type": "vllm", "engine_num": 2, "tensor_parallel_size": 2},
+                 trainer={"trainer_num": 4},
                  cluster={"node_num": 1, "devices_per_node": 8})
     layout = resolve_layout(cfg, NPU, {"NPU": 8, "CPU": 64})
     assert layout.resource_key == "NPU" and layout.engines == 2 and layout.trainers == 4
@@ -42,7 +43,8 @@ def test_npu_layout_counts_npus_and_resolves_online_to_its_collective() -> None:
 
 
 def test_too_many_devices_is_refused_with_what_exists() -> None:
-    cfg = config(explorer={"engine_num": 4, "tensor_parallel_size": 2}, trainer={"trainer_num": 4},
+    cfg = config(explorer={"engine_type": "vllm", "engine_num": 4, "tensor_parallel_size": 2},
+                 trainer={"trainer_num": 4},
                  cluster={"node_num": 2, "devices_per_node": 8})
     with pytest.raises(ConfigError, match=r"asks for 12 NPU but the Ray cluster has 8"):
         resolve_layout(cfg, NPU, {"NPU": 8, "CPU": 64})
@@ -55,7 +57,8 @@ def test_more_than_declared_is_refused() -> None:
 
 
 def test_tensor_parallel_must_fit_a_node() -> None:
-    cfg = config(explorer={"tensor_parallel_size": 16}, cluster={"node_num": 2, "devices_per_node": 8})
+    cfg = config(explorer={"engine_type": "vllm", "tensor_parallel_size": 16},
+                 cluster={"node_num": 2, "devices_per_node": 8})
     with pytest.raises(ConfigError, match="an engine must fit on one node"):
         resolve_layout(cfg, NPU, {"NPU": 16, "CPU": 64})
 
@@ -90,3 +93,9 @@ def test_bundles_and_strategy() -> None:
 
 def test_engine_bundles_carry_their_tensor_parallel_devices() -> None:
     assert bundles(1, "NPU", 2, devices=4) == [{"NPU": 4.0, "CPU": 2.0}]
+
+
+def test_hf_engine_refuses_tensor_parallelism() -> None:
+    cfg = config(explorer={"tensor_parallel_size": 2}, cluster={"devices_per_node": 8})
+    with pytest.raises(ConfigError, match=r"the hf engine runs on one device.*engine_type: vllm"):
+        resolve_layout(cfg, NPU, {"NPU": 8, "CPU": 8})

@@ -269,7 +269,7 @@ def test_online_receive_loads_the_broadcast_weights(fresh_engine: HFEngine) -> N
 
     def engine_side() -> None:
         try:
-            fresh_engine.init_weight_sync(info, engine_index=0)
+            fresh_engine.init_weight_sync(info, first_rank=1)
         except BaseException as exc:  # noqa: BLE001 - reported to the test thread
             joined.append(exc)
 

@@ -101,10 +101,13 @@ class EngineDouble:
 
     # -- the engine contract ---------------------------------------------------------------
 
-    def init_weight_sync(self, info: WeightSyncGroupInfo, engine_index: int) -> None:
+    def weight_sync_ranks(self) -> int:
+        return 1
+
+    def init_weight_sync(self, info: WeightSyncGroupInfo, first_rank: int) -> None:
         from trinity.synchronizer.weight_sync import WeightSyncGroup
 
-        self.group = WeightSyncGroup.join(info, info.rank_offset + engine_index)
+        self.group = WeightSyncGroup.join(info, first_rank)
 
     def receive_weights(self, metas: Sequence[TensorMeta], version: int, bucket_bytes: int) -> None:
         assert self.group is not None

@@ -225,6 +225,27 @@ def visible_devices_env(device_ids: Sequence[int]) -> dict[str, str]:
     return current_backend().visible_devices_env(device_ids)
 
 
+def ray_assigned_devices_env() -> dict[str, str]:
+    """Return the visible-devices environment for the devices Ray assigned to this actor or task.
+
+    A worker started with ``worker_env(self_managed_devices=True)`` gets no
+    mask from Ray; before it initialises its device runtime it writes this one
+    itself (the backend decides the variable and the order: ascending on NPU).
+    ``{}`` on the CPU backend, outside Ray, or when Ray assigned no device.
+    """
+    key = get_ray_resource_key()
+    if key is None:
+        return {}
+    import ray
+
+    if not ray.is_initialized():
+        return {}
+    assigned = ray.get_runtime_context().get_accelerator_ids().get(key) or []
+    if not assigned:
+        return {}
+    return visible_devices_env([int(i) for i in assigned])
+
+
 def worker_env(self_managed_devices: bool = False) -> dict[str, str]:
     """Return the environment every Ray worker must get: the decision and the backend's needs."""
     return _selection.worker_environment(current_selection(), self_managed_devices)

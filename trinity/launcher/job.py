@@ -90,7 +90,7 @@ def _explore_metrics(result: Any, experiences: list[Any]) -> dict[str, float]:
 def run_both(session: Session) -> None:
     """Explore and train in one loop on one Ray cluster (see the module docstring)."""
     from trinity.buffer import TaskScheduler, make_storage
-    from trinity.common.models.engines import create_engines
+    from trinity.common.models.engines import create_engines, shutdown_engines
     from trinity.explorer.scheduler import Scheduler
     from trinity.monitor.keys import PHASE_EVAL, PHASE_EXPLORE, PHASE_TRAIN, SYNC_SECONDS
     from trinity.synchronizer.synchronizer import Synchronizer, default_sync_path
@@ -167,6 +167,7 @@ def run_both(session: Session) -> None:
         pipeline.finish()
         storage.close()
         sync.close()
+        shutdown_engines(engines)
         trainer.shutdown()
         placement.remove()
 
@@ -232,7 +233,7 @@ def run_explore(session: Session) -> None:
     import json
 
     from trinity.buffer import TaskScheduler, make_storage
-    from trinity.common.models.engines import create_engines
+    from trinity.common.models.engines import create_engines, shutdown_engines
     from trinity.explorer.scheduler import Scheduler
     from trinity.monitor.keys import PHASE_EXPLORE
     from trinity.synchronizer.synchronizer import default_sync_path
@@ -288,6 +289,7 @@ def run_explore(session: Session) -> None:
         finished = True
     finally:
         monitor.close()
+        shutdown_engines(engines)
         try:
             if finished:
                 storage.close()  # the writers are done: readers drain the buffer, then stop
@@ -400,7 +402,7 @@ def run_bench(session: Session) -> None:
     if not cfg.buffer.eval_tasks:
         raise ConfigError("buffer.eval_tasks: mode bench needs at least one evaluation task set")
 
-    from trinity.common.models.engines import create_engines
+    from trinity.common.models.engines import create_engines, shutdown_engines
     from trinity.explorer.scheduler import Scheduler
     from trinity.manager.checkpoint_converter import ConversionError
     from trinity.monitor.keys import PHASE_EVAL
@@ -433,6 +435,7 @@ def run_bench(session: Session) -> None:
             evaluate_now(step)
     finally:
         monitor.close()
+        shutdown_engines(engines)
 
 
 def _export_for_engines(checkpoint: Path, folder: Path) -> Path:

@@ -21,8 +21,10 @@ class Placement:
         """Ray actor options placing engine ``index`` in its group."""
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+        # the engine sits on bundle 0; its own workers (vLLM's Ray executor) are placed in the same group
         return {"scheduling_strategy": PlacementGroupSchedulingStrategy(
-            placement_group=self.engine_groups[index], placement_group_bundle_index=0)}
+            placement_group=self.engine_groups[index], placement_group_bundle_index=0,
+            placement_group_capture_child_tasks=True)}
 
     def remove(self) -> None:
         """Release every group."""
@@ -36,7 +38,10 @@ class Placement:
 def place(config: Config, layout: Layout) -> Placement:
     """Reserve the trainer's bundles (one device + CPUs per rank, STRICT_PACK when they fit a node) and the engines'.
 
-    Bundles ask the backend's Ray resource key, or CPUs only on the CPU backend.
+    Each engine gets a group of ``tensor_parallel_size`` bundles of one device
+    each, packed on one node (vLLM's Ray executor starts one worker per
+    bundle). Bundles ask the backend's Ray resource key, or CPUs only on the
+    CPU backend.
     """
     placement = Placement()
     per_node = config.cluster.devices_per_node
@@ -48,7 +53,7 @@ def place(config: Config, layout: Layout) -> Placement:
             )
         for index in range(layout.engines):
             placement.engine_groups.append(create_placement_group(
-                1, layout.resource_key, layout.cpus_per_bundle, per_node, devices=layout.devices_per_engine,
+                layout.devices_per_engine, layout.resource_key, layout.cpus_per_bundle, per_node,
                 name=f"{config.project}/{config.name}/engine-{index}",
             ))
     except BaseException:

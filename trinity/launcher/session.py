@@ -49,6 +49,10 @@ def open_session(config: Config) -> Session:
         resources = ray.cluster_resources()  # type: ignore[no-untyped-call]
         selection = device.select_backend(config.cluster.device, cluster_resources=resources)
         layout = resolve_layout(config, selection.backend, resources)
+        if layout.engines:
+            from trinity.common.models.engines import ENGINES
+
+            ENGINES.get(config.explorer.engine_type)()  # an engine that cannot load fails here, before any actor
     except BaseException:
         disconnect(connection)
         raise

@@ -20,10 +20,12 @@ Methods:
 
 * ``collective`` (``online``): once, trainer rank 0 hosts a
   :class:`~trinity.synchronizer.weight_sync.WeightSyncGroup` that every engine
-  joins concurrently. Per sync: all trainer ranks gather the full state dict
-  (rank 0 keeps it), the engines are told the metas (``receive_weights``,
-  started before the broadcast), rank 0 broadcasts in buckets, and the
-  synchronizer waits for everyone.
+  joins concurrently, each with as many ranks as it has tensor-parallel
+  workers (``weight_sync_ranks``: 1 for ``hf``, the TP size for ``vllm``).
+  Per sync: all trainer ranks gather the full state dict (rank 0 keeps
+  it), the engines are told the metas (``receive_weights``, started before
+  the broadcast), rank 0 broadcasts in buckets, and the synchronizer waits
+  for everyone.
 * ``checkpoint``: rank 0 writes safetensors to the shared sync path
   (atomically, see :mod:`~trinity.synchronizer.checkpoint_sync`), then each
   engine loads them (``load_checkpoint_weights``). With no engines it still
@@ -204,15 +206,18 @@ class Synchronizer:
         rank0 = self.trainer_ranks[0]
         address, port = self._calls.wait([self._calls.start(rank0, "node_address")], deadline,
                                          "asking trainer rank 0 for an address")[0]
+        ranks = self._calls.wait([self._calls.start(e, "weight_sync_ranks") for e in self.engines], deadline,
+                                 "asking the engines how many ranks they bring")
+        first_ranks = [1 + sum(int(r) for r in ranks[:i]) for i in range(len(ranks))]
         self._groups_built += 1
         info = WeightSyncGroupInfo(
-            master_addr=str(address), master_port=int(port), world_size=1 + len(self.engines), rank_offset=1,
+            master_addr=str(address), master_port=int(port), world_size=1 + sum(int(r) for r in ranks), rank_offset=1,
             group_name=f"{self.group_name}-{self._groups_built}", backend=self.method.collective,
             timeout_s=float(self.config.sync_timeout),
         )
         pending = [self._calls.start(rank0, "init_weight_sync", info)]
-        pending += [self._calls.start(engine, "init_weight_sync", info, index)
-                    for index, engine in enumerate(self.engines)]
+        pending += [self._calls.start(engine, "init_weight_sync", info, first)
+                    for engine, first in zip(self.engines, first_ranks, strict=True)]
         self._calls.wait(pending, deadline,
                          f"building the {self.method.collective} weight-sync group of {info.world_size} ranks")
         self._group_ready = True

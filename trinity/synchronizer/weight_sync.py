@@ -298,7 +298,7 @@ class WeightSyncGroup:
 
     @classmethod
     def join(cls, info: WeightSyncGroupInfo, rank: int) -> WeightSyncGroup:
-        """Join the group hosted by trainer rank 0 as ``rank`` (``info.rank_offset + engine_index``)."""
+        """Join the group hosted by trainer rank 0 as ``rank`` (engine ranks start at ``info.rank_offset``)."""
         if not 0 < rank < info.world_size:
             raise WeightSyncError(f"an engine joins with a rank in 1..{info.world_size - 1}, got {rank}")
         return cls._build(info, rank)

@@ -46,6 +46,14 @@ def check_rules(config: Config) -> None:
     for path, value in non_negative.items():
         if value < 0:
             raise ConfigError(f"{path}: must be 0 or more, got {value}")
+    if not 0 < config.explorer.memory_utilization <= 1:
+        raise ConfigError(
+            f"explorer.memory_utilization: must be in (0, 1], got {config.explorer.memory_utilization}"
+        )
+    if config.explorer.max_model_len < 0:
+        raise ConfigError(
+            f"explorer.max_model_len: must be 0 (the model's) or more, got {config.explorer.max_model_len}"
+        )
     if config.cluster.cpus_per_bundle <= 0:
         raise ConfigError(f"cluster.cpus_per_bundle: must be positive, got {config.cluster.cpus_per_bundle}")
     if config.model.temperature < 0:

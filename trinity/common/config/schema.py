@@ -155,8 +155,16 @@ class ExplorerConfig:
     eval_interval: int = 0
     #: Evaluate before the first step too.
     eval_on_start: bool = True
-    #: Generation batch size inside one engine.
+    #: Generation batch size inside one engine (``hf``; ``vllm`` batches continuously).
     max_batch_size: int = 32
+    #: ``vllm``: fraction of each device's memory the engine may take (vLLM's ``gpu_memory_utilization``).
+    memory_utilization: float = 0.9
+    #: ``vllm``: run the model eagerly (no CUDA/ACL graphs): slower decoding, faster start, less memory.
+    enforce_eager: bool = False
+    #: ``vllm``: reuse the KV cache of shared prompt prefixes (reset after every weight sync).
+    enable_prefix_caching: bool = True
+    #: ``vllm``: context length the engine reserves KV cache for; 0: the model's own maximum.
+    max_model_len: int = 0
 
 
 @dataclass

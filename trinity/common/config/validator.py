@@ -23,7 +23,7 @@ class Layout:
 
     #: Ray resource one device is counted by; None on the CPU backend.
     resource_key: str | None
-    #: Devices (or CPU bundles) each engine takes: tensor_parallel_size.
+    #: Devices (or CPU bundles) each engine takes: tensor_parallel_size, one bundle each.
     devices_per_engine: int
     #: Engines.
     engines: int
@@ -59,6 +59,12 @@ def resolve_layout(config: Config, backend: Backend, cluster_resources: Mapping[
         raise ConfigError(
             f"explorer.engine_type: vllm needs an accelerator, but the selected device backend is {info.name!r}; "
             "use engine_type: hf on this machine"
+        )
+
+    if config.explorer.engine_type == "hf" and config.explorer.tensor_parallel_size > 1:
+        raise ConfigError(
+            f"explorer.tensor_parallel_size: {config.explorer.tensor_parallel_size} asked, but the hf engine runs "
+            "on one device; set it to 1, or use engine_type: vllm for tensor parallelism"
         )
 
     engines = config.explorer.engine_num if config.mode in ("both", "explore", "bench") else 0

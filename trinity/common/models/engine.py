@@ -67,8 +67,9 @@ class WeightSyncGroupInfo:
 
     master_addr: str
     master_port: int
-    #: Trainer rank 0 is rank 0; engine ``i`` is rank ``rank_offset + i``.
+    #: Trainer rank 0 plus every engine rank (an engine contributes ``weight_sync_ranks()`` ranks).
     world_size: int
+    #: Rank of the first engine rank (1: the trainer holds rank 0 only).
     rank_offset: int
     group_name: str
     #: torch.distributed backend: the device backend's collective (``gloo``/``nccl``/``hccl``).
@@ -98,8 +99,12 @@ class InferenceEngine(Protocol):
         """Return the version of the weights currently loaded."""
         ...
 
-    def init_weight_sync(self, info: WeightSyncGroupInfo, engine_index: int) -> None:
-        """Join the trainer's weight-sync group as rank ``info.rank_offset + engine_index``."""
+    def weight_sync_ranks(self) -> int:
+        """Return how many ranks this engine adds to the weight-sync group (its tensor-parallel workers)."""
+        ...
+
+    def init_weight_sync(self, info: WeightSyncGroupInfo, first_rank: int) -> None:
+        """Join the trainer's weight-sync group as ranks ``first_rank .. first_rank + weight_sync_ranks() - 1``."""
         ...
 
     def receive_weights(self, metas: Sequence[TensorMeta], version: int, bucket_bytes: int) -> None:
@@ -116,4 +121,8 @@ class InferenceEngine(Protocol):
 
     def state_dict_checksum(self) -> str:
         """Return a checksum of the current weights (tests compare it with the trainer's)."""
+        ...
+
+    def shutdown(self) -> None:
+        """Leave the weight-sync group and release devices and child processes; the engine is unusable after."""
         ...

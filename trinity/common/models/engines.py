@@ -24,20 +24,45 @@ def _load_hf() -> type:
     return HFEngine
 
 
+def _load_vllm() -> type:
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        from trinity.common.config.loader import ConfigError
+
+        raise ConfigError(
+            "explorer.engine_type: vllm, but vLLM is not installed in this Python; install it "
+            "(CUDA: pip install 'trinity-rft[vllm]'; Ascend: vllm-ascend, see docs/vllm.md) or use engine_type: hf"
+        )
+    from trinity.common.models.vllm_engine import VLLMEngine
+
+    return VLLMEngine
+
+
 ENGINES.add("hf", _load_hf)
+ENGINES.add("vllm", _load_vllm)
 
 
-def engine_actor_options(config: Config) -> dict[str, Any]:
-    """Return the Ray options of one engine actor: its devices, a CPU, concurrency for the runners, worker env."""
+def engine_actor_options(config: Config, engine_cls: type | None = None) -> dict[str, Any]:
+    """Return the Ray options of one engine actor: its devices, a CPU, concurrency for the runners, worker env.
+
+    An engine with ``tensor_parallel_size`` 1 takes its one device. A larger
+    engine takes none itself: its workers (vLLM's executor) take the devices of
+    the engine's placement group. An engine class whose ``manages_devices`` is
+    true (vLLM) sets its devices' visibility itself, so Ray is told not to.
+    """
     from trinity import device
 
+    cls = engine_cls if engine_cls is not None else ENGINES.get(config.explorer.engine_type)()
+    tp = config.explorer.tensor_parallel_size
+    self_managed = bool(getattr(cls, "manages_devices", False))
     options: dict[str, Any] = {
         "num_cpus": config.cluster.cpus_per_bundle,
         # runners of this engine call it concurrently; the engine combines their requests into batches
         "max_concurrency": config.explorer.runners_per_engine + 2,
-        "runtime_env": {"env_vars": device.worker_env()},
+        "runtime_env": {"env_vars": device.worker_env(self_managed_devices=self_managed)},
     }
-    options.update(device.ray_actor_resources(config.explorer.tensor_parallel_size))
+    options.update(device.ray_actor_resources(1 if tp == 1 else 0))
     return options
 
 
@@ -66,12 +91,44 @@ def create_engines(
             build_tiny_model(config.model.model_path, config.model.tiny)
     engines = []
     for index in range(config.explorer.engine_num):
-        kwargs = cls.config_kwargs(config.model, config.explorer, seed=config.seed + index)  # type: ignore[attr-defined]
+        kwargs = cls.config_kwargs(  # type: ignore[attr-defined]
+            config.model, config.explorer, seed=config.seed + index, synchronizer=config.synchronizer
+        )
         if not as_actors:
             engines.append(cls(**kwargs))
             continue
         import ray
 
-        options = {**engine_actor_options(config), **actor_options, **(options_for(index) if options_for else {})}
+        options = {**engine_actor_options(config, cls), **actor_options, **(options_for(index) if options_for else {})}
         engines.append(ray.remote(cls).options(**options).remote(**kwargs))
     return engines
+
+
+def shutdown_engines(engines: list[Any], timeout_s: float = 60.0) -> None:
+    """Ask every engine to shut down (vLLM stops its workers and processes), then end the Ray actors.
+
+    Failures are logged, never raised: this runs while a job ends, possibly after an error.
+    """
+    import logging
+
+    log = logging.getLogger(__name__)
+    remote = [e for e in engines if hasattr(getattr(e, "shutdown", None), "remote")]
+    for engine in engines:
+        if engine not in remote:
+            try:
+                engine.shutdown()
+            except Exception as exc:  # noqa: BLE001 - see the docstring
+                log.warning("engine shutdown failed: %s", exc)
+    if not remote:
+        return
+    import ray
+
+    try:
+        ray.get([e.shutdown.remote() for e in remote], timeout=timeout_s)
+    except Exception as exc:  # noqa: BLE001 - see the docstring
+        log.warning("engine shutdown failed or timed out: %s", exc)
+    for engine in remote:
+        try:
+            ray.kill(engine)
+        except Exception as exc:  # noqa: BLE001 - see the docstring
+            log.debug("ending an engine actor: %s", exc)

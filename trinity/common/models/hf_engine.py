@@ -177,7 +177,7 @@ class HFEngine:
         device.manual_seed(seed)
 
     @staticmethod
-    def config_kwargs(model: Any, explorer: Any, seed: int = 0) -> dict[str, Any]:
+    def config_kwargs(model: Any, explorer: Any, seed: int = 0, synchronizer: Any = None) -> dict[str, Any]:
         """Return the constructor keyword arguments for a ``ModelConfig`` and an ``ExplorerConfig``."""
         return {
             "model_path": model.model_path,
@@ -440,11 +440,29 @@ class HFEngine:
             merged.update(load_file(str(file), device="cpu"))
         self.load_state_dict(merged, version)
 
-    def init_weight_sync(self, info: WeightSyncGroupInfo, engine_index: int) -> None:
-        """Join the trainer's weight-sync group as rank ``info.rank_offset + engine_index``."""
+    def weight_sync_ranks(self) -> int:
+        """Return 1: the engine is one process on one device."""
+        return 1
+
+    def init_weight_sync(self, info: WeightSyncGroupInfo, first_rank: int) -> None:
+        """Join the trainer's weight-sync group as rank ``first_rank``."""
         from trinity.synchronizer.weight_sync import WeightSyncGroup
 
-        self._sync_group = WeightSyncGroup.join(info, rank=info.rank_offset + engine_index)
+        self.close_weight_sync()
+        self._sync_group = WeightSyncGroup.join(info, rank=first_rank)
+
+    def close_weight_sync(self) -> None:
+        """Leave the weight-sync group, if any (a later :meth:`init_weight_sync` joins a new one)."""
+        group, self._sync_group = self._sync_group, None
+        if group is not None:
+            group.close()
+
+    def shutdown(self) -> None:
+        """Leave the weight-sync group and free the model's device memory."""
+        self.close_weight_sync()
+        with self._model_lock:
+            self.model = None
+        device.empty_cache()
 
     def receive_weights(self, metas: Sequence[TensorMeta], version: int, bucket_bytes: int) -> None:
         """Receive the trainer's broadcast of ``metas`` (rank 0), load it and set the version.

@@ -1,0 +1,462 @@
+"""The ``vllm`` inference engine: vLLM's asynchronous engine behind the same contract as the ``hf`` engine.
+
+:class:`VLLMEngine` implements :class:`~trinity.common.models.engine.InferenceEngine`;
+workflows and the synchronizer cannot tell it from the ``hf`` engine. vLLM is
+imported only when an engine is built (``explorer.engine_type: vllm``), never
+by ``import trinity``.
+
+* **Devices.** On CUDA vLLM drives the GPUs; on Ascend the vllm-ascend
+  platform plugin (installed beside vLLM) does, and nothing here changes.
+  The engine class sets ``manages_devices``: its Ray actor is started with
+  ``RAY_EXPERIMENTAL_NOSET_<visible-devices variable>`` (from the device
+  backend), and with ``tensor_parallel_size`` 1 the engine writes the
+  visible-devices variable itself from the devices Ray assigned
+  (:func:`trinity.device.ray_assigned_devices_env`: ascending on NPU) before
+  vLLM starts. With a larger tensor-parallel size the actor holds no device;
+  vLLM's Ray executor starts one worker per bundle of the engine's placement
+  group and sets their masks itself.
+* **Sampling.** Prompts are tokenized here (the same tokenizer and chat
+  template as the ``hf`` engine, left-truncated to ``max_prompt_tokens``)
+  and sent as token ids. ``Completion.logprobs`` are vLLM's
+  ``processed_logprobs``: ``log_softmax(logits / T)`` of each sampled token,
+  what the trainer recomputes. With top-k/top-p filtering active vLLM's
+  processed log-probs are those of the *filtered* distribution, so there
+  ``logprobs`` and ``info["sampling_logprobs"]`` are both the filtered ones
+  (the ``hf`` engine keeps the unfiltered policy log-prob in ``logprobs``).
+  Requests are batched continuously by vLLM.
+* **Weights.** :class:`~trinity.common.models.vllm_worker.WeightSyncExtension`
+  is mixed into every vLLM worker: each tensor-parallel rank joins the
+  trainer's weight-sync group on the backend's collective (so an engine
+  brings ``tensor_parallel_size`` ranks, :meth:`weight_sync_ranks`), receives
+  the bucketed broadcast and loads it through the model's ``load_weights``.
+  Checkpoint and memory sync load through the same path. A weight update
+  waits for running requests, blocks new ones until it is done, and resets
+  the prefix cache, so every completion is produced by one weight version.
+* **Checksums** (``synchronizer.verify_checksums``): vLLM keeps weights
+  sharded and fused, so the engine reports the checksum of the last complete
+  weight set it loaded (or of the model folder's safetensors at start),
+  computed on rank 0 as it loads.
+
+The sync methods (everything in the contract) may be called from many threads
+at once (a Ray actor with ``max_concurrency``); they run vLLM's coroutines on
+one event loop in a background thread.
+
+Validated on CPU with a double of vLLM's documented interfaces
+(``tests/doubles/vllm_site``); not yet run with a real vLLM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import logging
+import os
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from typing import Any, TypeVar
+
+import torch
+
+from trinity import device
+from trinity.common.models.engine import Completion, SamplingParams, TensorMeta, WeightSyncGroupInfo
+from trinity.common.models.vllm_worker import WeightSyncExtension, metas_to_rows, safetensors_files
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_DTYPES = ("float32", "bfloat16", "float16", "auto")
+#: Seconds a weight load or a group operation may take when no sync timeout is given.
+_DEFAULT_RPC_TIMEOUT_S = 600.0
+
+
+class VLLMEngineError(RuntimeError):
+    """The vLLM engine cannot do what it was asked (bad settings, no weight-sync group, engine stopped, ...)."""
+
+
+def extension_qualname() -> str:
+    """Return the ``worker_extension_cls`` string vLLM imports in its workers."""
+    return f"{WeightSyncExtension.__module__}.{WeightSyncExtension.__qualname__}"
+
+
+def to_vllm_sampling(params: SamplingParams) -> Any:
+    """Return vLLM's ``SamplingParams`` for ours: one final output per request, the sampled token's log-prob."""
+    from vllm import SamplingParams as VllmSamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    return VllmSamplingParams(
+        n=params.n,
+        temperature=params.temperature,
+        top_p=params.top_p,
+        top_k=params.top_k if params.top_k > 0 else -1,  # -1 disables top-k in every vLLM release
+        max_tokens=params.max_tokens,
+        stop=list(params.stop) or None,
+        seed=params.seed,
+        logprobs=0,
+        output_kind=RequestOutputKind.FINAL_ONLY,
+    )
+
+
+class _Gate:
+    """Lets requests run together, and a weight update run alone (between requests), on one event loop."""
+
+    def __init__(self) -> None:
+        self._cond = asyncio.Condition()
+        self._running = 0
+        self._updating = False
+
+    async def enter_request(self) -> None:
+        async with self._cond:
+            await self._cond.wait_for(lambda: not self._updating)
+            self._running += 1
+
+    async def leave_request(self) -> None:
+        async with self._cond:
+            self._running -= 1
+            self._cond.notify_all()
+
+    async def exclusive(self, action: Callable[[], Awaitable[T]]) -> T:
+        async with self._cond:
+            await self._cond.wait_for(lambda: not self._updating)
+            self._updating = True  # new requests wait from here on
+            await self._cond.wait_for(lambda: self._running == 0)
+        try:
+            return await action()
+        finally:
+            async with self._cond:
+                self._updating = False
+                self._cond.notify_all()
+
+
+class VLLMEngine:
+    """A vLLM-based rollout engine; see the module docstring."""
+
+    #: The engine sets its devices' visibility itself (see :func:`~trinity.common.models.engines.engine_actor_options`).
+    manages_devices = True
+
+    def __init__(
+        self,
+        model_path: str,
+        *,
+        tokenizer_path: str = "",
+        dtype: str = "bfloat16",
+        max_prompt_tokens: int = 256,
+        tensor_parallel_size: int = 1,
+        memory_utilization: float = 0.9,
+        enforce_eager: bool = False,
+        enable_prefix_caching: bool = True,
+        max_model_len: int = 0,
+        seed: int = 0,
+        version: int = 0,
+        trust_remote_code: bool = False,
+        track_checksum: bool = False,
+        executor_backend: str | None = None,
+    ) -> None:
+        """Start vLLM on ``model_path``; raises VLLMEngineError for bad settings, vLLM's own errors otherwise.
+
+        ``executor_backend`` is vLLM's ``distributed_executor_backend``; None
+        picks ``ray`` for a tensor-parallel engine inside a Ray actor, vLLM's
+        default (``mp``/``uni``) otherwise.
+        """
+        if dtype not in _DTYPES:
+            raise VLLMEngineError(f"unknown dtype {dtype!r}; use one of {', '.join(_DTYPES)}")
+        if max_prompt_tokens < 1 or tensor_parallel_size < 1:
+            raise VLLMEngineError(
+                f"max_prompt_tokens and tensor_parallel_size must be at least 1, "
+                f"got {max_prompt_tokens}, {tensor_parallel_size}"
+            )
+        if tensor_parallel_size == 1:
+            os.environ.update(device.ray_assigned_devices_env())  # Ray left the mask to us (manages_devices)
+        from transformers import AutoTokenizer
+
+        self.model_path = str(model_path)
+        self.tokenizer_path = str(tokenizer_path or model_path)
+        self.dtype = dtype
+        self.max_prompt_tokens = max_prompt_tokens
+        self.tensor_parallel_size = tensor_parallel_size
+        self.track_checksum = track_checksum
+        self.tokenizer: Any = AutoTokenizer.from_pretrained(self.tokenizer_path, trust_remote_code=trust_remote_code)
+        self._version = int(version)
+        self._loaded_since_start = False
+        self._requests = itertools.count()
+        self._closed = False
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="trinity-vllm-loop", daemon=True)
+        self._thread.start()
+        self.executor_backend = executor_backend if executor_backend is not None else _default_executor(
+            tensor_parallel_size
+        )
+        args = self._engine_args(
+            memory_utilization=memory_utilization, enforce_eager=enforce_eager,
+            enable_prefix_caching=enable_prefix_caching, max_model_len=max_model_len, seed=seed,
+            trust_remote_code=trust_remote_code,
+        )
+        try:
+            self._gate, self.engine = self._run(self._start(args))
+            self._run(self.engine.collective_rpc("trinity_configure", args=(bool(track_checksum),)))
+        except BaseException:
+            self._stop_loop()
+            raise
+        logger.info("vLLM engine on %s: tp %d, executor %s", self.model_path, tensor_parallel_size,
+                    self.executor_backend or "default")
+
+    @staticmethod
+    def config_kwargs(model: Any, explorer: Any, seed: int = 0, synchronizer: Any = None) -> dict[str, Any]:
+        """Return the constructor keyword arguments for a ``ModelConfig`` and an ``ExplorerConfig``."""
+        return {
+            "model_path": model.model_path,
+            "tokenizer_path": model.tokenizer_path,
+            "dtype": model.dtype,
+            "max_prompt_tokens": model.max_prompt_tokens,
+            "tensor_parallel_size": explorer.tensor_parallel_size,
+            "memory_utilization": explorer.memory_utilization,
+            "enforce_eager": explorer.enforce_eager,
+            "enable_prefix_caching": explorer.enable_prefix_caching,
+            "max_model_len": explorer.max_model_len,
+            "seed": seed,
+            "track_checksum": bool(getattr(synchronizer, "verify_checksums", False)),
+        }
+
+    def _engine_args(self, **settings: Any) -> Any:
+        from vllm import AsyncEngineArgs
+
+        return AsyncEngineArgs(
+            model=self.model_path,
+            tokenizer=self.tokenizer_path,
+            dtype=self.dtype,
+            seed=settings["seed"],
+            tensor_parallel_size=self.tensor_parallel_size,
+            gpu_memory_utilization=settings["memory_utilization"],
+            enforce_eager=settings["enforce_eager"],
+            enable_prefix_caching=settings["enable_prefix_caching"],
+            max_model_len=settings["max_model_len"] or None,
+            trust_remote_code=settings["trust_remote_code"],
+            distributed_executor_backend=self.executor_backend,
+            worker_extension_cls=extension_qualname(),
+            logprobs_mode="processed_logprobs",
+        )
+
+    @staticmethod
+    async def _start(args: Any) -> tuple[_Gate, Any]:
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        return _Gate(), AsyncLLM.from_engine_args(args)
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        if self._closed:
+            coro.close()
+            raise VLLMEngineError("the vLLM engine was shut down")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def _rpc(self, method: str, *args: Any, timeout: float | None = None) -> list[Any]:
+        return self._run(self.engine.collective_rpc(method, timeout=timeout, args=args))
+
+    def _stop_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+
+    # ------------------------------------------------------------------ sampling
+
+    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[list[Completion]]:
+        """Sample ``params.n`` completions for each raw prompt string (tokenizer special tokens added)."""
+        ids = [self.tokenizer(p, add_special_tokens=True)["input_ids"] for p in prompts]
+        return self.generate_tokens(ids, params)
+
+    def chat(
+        self, conversations: Sequence[Sequence[Mapping[str, str]]], params: SamplingParams
+    ) -> list[list[Completion]]:
+        """Apply the chat template with a generation prompt to each conversation, then sample."""
+        return self.generate_tokens([self.chat_prompt_tokens(c) for c in conversations], params)
+
+    def chat_prompt_tokens(self, conversation: Sequence[Mapping[str, str]]) -> list[int]:
+        """Return the token ids of ``conversation`` under the chat template, with the generation prompt."""
+        text = self.tokenizer.apply_chat_template(
+            [dict(m) for m in conversation], add_generation_prompt=True, tokenize=False
+        )
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def generate_tokens(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:
+        """Sample ``params.n`` completions for each prompt given as token ids (multi-turn rollouts use this)."""
+        if params.n < 1 or params.max_tokens < 1:
+            raise VLLMEngineError(
+                f"n and max_tokens must be at least 1, got n={params.n}, max_tokens={params.max_tokens}"
+            )
+        rows = [[int(t) for t in p][-self.max_prompt_tokens :] for p in prompts]
+        for i, row in enumerate(rows):
+            if not row:
+                raise VLLMEngineError(f"prompt {i} is empty; give at least one token")
+        if not rows:
+            return []
+        return self._run(self._generate_all(rows, params))
+
+    async def _generate_all(self, rows: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
+        sampling = to_vllm_sampling(params)
+        await self._gate.enter_request()
+        try:
+            version = self._version
+            outputs = await asyncio.gather(*(self._generate_one(row, sampling) for row in rows))
+        finally:
+            await self._gate.leave_request()
+        filtered = params.top_k > 0 or params.top_p < 1.0
+        return [
+            [self._completion(row, out, version, filtered) for out in sorted(final.outputs, key=lambda o: o.index)]
+            for row, final in zip(rows, outputs, strict=True)
+        ]
+
+    async def _generate_one(self, row: list[int], sampling: Any) -> Any:
+        from vllm.inputs import TokensPrompt
+
+        request_id = f"trinity-{os.getpid()}-{next(self._requests)}"
+        final = None
+        async for output in self.engine.generate(TokensPrompt(prompt_token_ids=row), sampling, request_id):
+            final = output
+        if final is None or not final.finished:
+            raise VLLMEngineError(f"vLLM returned no finished output for request {request_id}")
+        return final
+
+    @staticmethod
+    def _completion(row: list[int], out: Any, version: int, filtered: bool) -> Completion:
+        tokens = [int(t) for t in out.token_ids]
+        steps = out.logprobs or []
+        if len(steps) != len(tokens):
+            raise VLLMEngineError(f"vLLM returned {len(steps)} log-probs for {len(tokens)} tokens")
+        logprobs = torch.tensor([float(step[tok].logprob) for tok, step in zip(tokens, steps, strict=True)],
+                                dtype=torch.float32)
+        info: dict[str, Any] = {}
+        if filtered:
+            info["sampling_logprobs"] = logprobs.clone()
+        return Completion(
+            prompt_tokens=torch.tensor(row, dtype=torch.long),
+            response_tokens=torch.tensor(tokens, dtype=torch.long),
+            logprobs=logprobs,
+            text=str(out.text),
+            finish_reason="length" if out.finish_reason == "length" else "stop",
+            model_version=version,
+            info=info,
+        )
+
+    # ------------------------------------------------------------------ weights
+
+    def model_version(self) -> int:
+        """Return the version of the weights currently loaded."""
+        return self._version
+
+    def describe(self) -> dict[str, Any]:
+        """Return what this engine serves: paths, dtype, tensor-parallel size, executor, version."""
+        import vllm
+
+        return {
+            "engine": "vllm",
+            "vllm": str(getattr(vllm, "__version__", "?")),
+            "model_path": self.model_path,
+            "tokenizer_path": self.tokenizer_path,
+            "dtype": self.dtype,
+            "tensor_parallel_size": self.tensor_parallel_size,
+            "executor": self.executor_backend or "default",
+            "device_type": device.get_device_type(),
+            "version": self._version,
+            "max_prompt_tokens": self.max_prompt_tokens,
+        }
+
+    def weight_sync_ranks(self) -> int:
+        """Return the tensor-parallel size: every vLLM worker joins the weight-sync group."""
+        return self.tensor_parallel_size
+
+    def init_weight_sync(self, info: WeightSyncGroupInfo, first_rank: int) -> None:
+        """Make worker ``r`` of this engine join the trainer's weight-sync group as rank ``first_rank + r``."""
+        self._rpc("trinity_init_weight_sync", dataclasses.asdict(info), int(first_rank), timeout=info.timeout_s)
+
+    def receive_weights(self, metas: Sequence[TensorMeta], version: int, bucket_bytes: int) -> None:
+        """Receive the trainer's broadcast of ``metas`` in every worker, load it, reset the prefix cache."""
+        rows = metas_to_rows(metas)
+        self._update(lambda: self.engine.collective_rpc("trinity_receive_weights", args=(rows, int(bucket_bytes))),
+                     version)
+
+    def load_state_dict(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
+        """Load ``state_dict`` (a subset is fine) into every worker and set the version."""
+        weights = {str(k): v.detach().cpu() for k, v in state_dict.items()}
+        complete = self._is_complete(weights)
+        self._update(lambda: self.engine.collective_rpc("trinity_load_state_dict", args=(weights, complete)), version)
+
+    def load_checkpoint_weights(self, folder: str, version: int) -> None:
+        """Load every ``*.safetensors`` file of ``folder`` (resolved once: one weight set) and set the version."""
+        files = safetensors_files(folder)
+        if not files:
+            raise VLLMEngineError(f"{folder}: no *.safetensors file to load weights from")
+        self._update(lambda: self.engine.collective_rpc("trinity_load_checkpoint", args=(files,)), version)
+
+    def _is_complete(self, weights: Mapping[str, torch.Tensor]) -> bool:
+        if not self.track_checksum:
+            return True
+        from safetensors import safe_open
+
+        names: set[str] = set()
+        for file in safetensors_files(self.model_path):
+            with safe_open(file, framework="pt") as handle:
+                names.update(handle.keys())
+        return names.issubset(weights)
+
+    def _update(self, load: Callable[[], Awaitable[Any]], version: int) -> None:
+        async def action() -> None:
+            await load()
+            await self.engine.reset_prefix_cache()
+            self._version = int(version)
+            self._loaded_since_start = True
+
+        self._run(self._gate.exclusive(action))
+
+    def state_dict_checksum(self) -> str:
+        """Return the checksum of the weights last loaded completely (the model folder's at start).
+
+        Raises VLLMEngineError when the engine was started without
+        ``track_checksum`` (``synchronizer.verify_checksums``) or after a partial load.
+        """
+        if not self._loaded_since_start:
+            from safetensors.torch import load_file
+
+            from trinity.common.models.checksum import state_dict_checksum
+
+            merged: dict[str, torch.Tensor] = {}
+            for file in safetensors_files(self.model_path):
+                merged.update(load_file(file, device="cpu"))
+            return state_dict_checksum(merged)
+        if not self.track_checksum:
+            raise VLLMEngineError(
+                "this vLLM engine does not track weight checksums; set synchronizer.verify_checksums: true"
+            )
+        checksum = self._rpc("trinity_checksum")[0]
+        if checksum is None:
+            raise VLLMEngineError("no checksum: the last weights loaded were a partial set")
+        return str(checksum)
+
+    def shutdown(self) -> None:
+        """Leave the weight-sync group, stop vLLM (its workers and processes) and the event loop; idempotent."""
+        if self._closed:
+            return
+        try:
+            self._rpc("trinity_close_weight_sync", timeout=30)
+        except Exception as exc:  # noqa: BLE001 - shutting down must go on
+            logger.debug("closing the weight-sync group: %s", exc)
+        self._closed = True
+        try:
+            self.engine.shutdown()
+        finally:
+            self._stop_loop()
+
+
+def _default_executor(tensor_parallel_size: int) -> str | None:
+    """``ray`` for a tensor-parallel engine inside a Ray actor (its workers join the engine's group), else None."""
+    if tensor_parallel_size == 1:
+        return None
+    try:
+        import ray
+
+        if ray.is_initialized() and ray.get_runtime_context().get_actor_id() is not None:
+            return "ray"
+    except ImportError:  # pragma: no cover - ray is a dependency
+        pass
+    return None
+

@@ -1,0 +1,137 @@
+"""The part of the ``vllm`` engine that runs inside vLLM's workers: loading weights and the weight-sync group.
+
+vLLM mixes :class:`WeightSyncExtension` into every worker of an engine
+(``worker_extension_cls``), one worker per tensor-parallel rank, in vLLM's
+own processes; the engine reaches these methods only through
+``AsyncLLM.collective_rpc``. Arguments and results cross a process boundary,
+so they are plain data (dicts, lists, strings, tensors), never our classes.
+
+Inside a method ``self`` is the vLLM worker: ``self.model_runner.model`` is
+the model, whose ``load_weights`` takes Hugging Face names and shards or fuses
+them for this rank; ``self.device`` and ``self.rank`` are the worker's.
+Every rank joins the trainer's weight-sync group and receives the full
+broadcast (rank ``first_rank + self.rank``); each loads what its shard needs.
+The group is built on the device backend's collective by
+:class:`~trinity.synchronizer.weight_sync.WeightSyncGroup`, never a
+hard-coded one.
+
+The methods carry a ``trinity_`` prefix: vLLM refuses an extension that
+redefines an attribute its worker already has.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trinity.common.models.engine import TensorMeta, WeightSyncGroupInfo
+
+#: Prefixes that wrappers add to parameter names (DDP/FSDP1, torch.compile); removed before loading.
+_WRAPPER_PREFIXES = ("module.", "_orig_mod.", "_fsdp_wrapped_module.")
+
+
+def clean_name(name: str) -> str:
+    """Return ``name`` without wrapper prefixes (``module.``, ``_orig_mod.``) anywhere in it."""
+    for prefix in _WRAPPER_PREFIXES:
+        while name.startswith(prefix):
+            name = name[len(prefix) :]
+        name = name.replace(f".{prefix}", ".")
+    return name
+
+
+def metas_to_rows(metas: Sequence[TensorMeta]) -> list[list[Any]]:
+    """Return ``metas`` as plain lists ``[name, dtype, [shape...]]`` (what collective_rpc may carry)."""
+    return [[m.name, m.dtype, [int(s) for s in m.shape]] for m in metas]
+
+
+def rows_to_metas(rows: Sequence[Sequence[Any]]) -> list[TensorMeta]:
+    """Return the :class:`TensorMeta` list :func:`metas_to_rows` flattened."""
+    return [TensorMeta(str(name), str(dtype), tuple(int(s) for s in shape)) for name, dtype, shape in rows]
+
+
+class WeightSyncExtension:
+    """Mixed into each vLLM worker: weight-sync group membership and weight loading (see the module docstring)."""
+
+    # set by vLLM on the worker this class is mixed into
+    model_runner: Any
+    device: Any
+    rank: int
+
+    def _trinity_state(self) -> dict[str, Any]:
+        state = self.__dict__.get("_trinity")
+        if state is None:
+            state = {"group": None, "checksum": None, "track": False}
+            self.__dict__["_trinity"] = state
+        return state
+
+    def trinity_configure(self, track_checksum: bool) -> int:
+        """Remember whether to checksum every full weight set loaded; return this worker's rank."""
+        self._trinity_state()["track"] = bool(track_checksum)
+        return int(self.rank)
+
+    def trinity_init_weight_sync(self, info: Mapping[str, Any], first_rank: int) -> int:
+        """Join the trainer's weight-sync group as rank ``first_rank + self.rank``; return that rank."""
+        from trinity.synchronizer.weight_sync import WeightSyncGroup
+
+        self.trinity_close_weight_sync()
+        rank = int(first_rank) + int(self.rank)
+        self._trinity_state()["group"] = WeightSyncGroup.join(WeightSyncGroupInfo(**dict(info)), rank=rank)
+        return rank
+
+    def trinity_close_weight_sync(self) -> None:
+        """Leave the weight-sync group, if any."""
+        state = self._trinity_state()
+        group, state["group"] = state["group"], None
+        if group is not None:
+            group.close()
+
+    def trinity_receive_weights(self, meta_rows: Sequence[Sequence[Any]], bucket_bytes: int) -> int:
+        """Receive rank 0's broadcast of the tensors ``meta_rows`` describe and load them; return the count."""
+        group = self._trinity_state()["group"]
+        if group is None:
+            raise RuntimeError(f"vLLM worker rank {self.rank}: receive_weights before init_weight_sync")
+        received = group.receive_state_dict(rows_to_metas(meta_rows), int(bucket_bytes), self.device)
+        return self._trinity_load(received, complete=True)
+
+    def trinity_load_state_dict(self, state_dict: Mapping[str, torch.Tensor], complete: bool) -> int:
+        """Load ``state_dict`` (Hugging Face names); return the number of tensors loaded."""
+        return self._trinity_load(state_dict, complete=complete)
+
+    def trinity_load_checkpoint(self, files: Sequence[str]) -> int:
+        """Load the safetensors ``files`` (one weight set, resolved by the engine); return the count."""
+        from safetensors.torch import load_file
+
+        merged: dict[str, torch.Tensor] = {}
+        for file in files:
+            merged.update(load_file(file, device="cpu"))
+        return self._trinity_load(merged, complete=True)
+
+    def trinity_checksum(self) -> str | None:
+        """Return the checksum of the last complete weight set loaded, or None when none is known."""
+        checksum = self._trinity_state()["checksum"]
+        return None if checksum is None else str(checksum)
+
+    def _trinity_load(self, state_dict: Mapping[str, torch.Tensor], *, complete: bool) -> int:
+        state = self._trinity_state()
+        weights = {clean_name(name): tensor for name, tensor in state_dict.items()}
+
+        def items() -> Iterator[tuple[str, torch.Tensor]]:
+            yield from weights.items()
+
+        with torch.no_grad():
+            self.model_runner.model.load_weights(weights=items())
+        if state["track"] and complete and int(self.rank) == 0:
+            from trinity.common.models.checksum import state_dict_checksum
+
+            state["checksum"] = state_dict_checksum(weights)
+        elif not complete:
+            state["checksum"] = None  # a partial load: the full set is no longer known
+        return len(weights)
+
+
+def safetensors_files(folder: str | Path) -> list[str]:
+    """Return the ``*.safetensors`` files of ``folder`` (a link resolved once, so one weight set), sorted."""
+    return [str(p) for p in sorted(Path(folder).resolve().glob("*.safetensors"))]
