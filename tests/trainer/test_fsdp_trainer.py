@@ -154,6 +154,28 @@ def test_converter_output_gives_the_trainer_logits(grpo: dict[str, Any], tmp_pat
         convert_checkpoint(tmp_path / "nowhere", tmp_path / "x")
 
 
+def test_conversion_needs_no_device_nor_process_group(grpo: dict[str, Any], tmp_path: Path) -> None:
+    """An NPU job's checkpoint converts on a login node: the NPU backend selected, no NPU, no collective."""
+    import os
+    import subprocess
+    import sys
+
+    trainer: FSDPTrainer = grpo["trainer"]
+    code = (
+        "import sys, torch.distributed as dist, trinity.device as d\n"
+        "from trinity.manager.checkpoint_converter import convert_checkpoint\n"
+        "assert d.get_device_type() == 'npu' and d.get_collective_backend() == 'hccl'\n"
+        f"convert_checkpoint({str(trainer.checkpoint_dir)!r}, {str(tmp_path / 'out')!r})\n"
+        "assert not dist.is_initialized(), 'a process group was created'\n"
+        "assert 'torch_npu' not in sys.modules, 'torch_npu was imported'\n"
+    )
+    env = {**os.environ, "TRINITY_DEVICE": "npu", "TRINITY_DEVICE_RESOLVED": "1"}
+    done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "out" / "model.safetensors").is_file()
+
+
 def test_save_kill_resume_restores_step_optimizer_and_weights(
     grpo: dict[str, Any], grpo_config: Config, ray_local: Any
 ) -> None:
