@@ -293,7 +293,9 @@ class VLLMEngine:
         return self._run(self._generate_all(rows, params))
 
     async def _generate_all(self, rows: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
-        sampling = to_vllm_sampling(params)
+        greedy = params.temperature <= 0
+        # vLLM refuses n > 1 with greedy sampling; greedy completions of one prompt are identical anyway
+        sampling = to_vllm_sampling(dataclasses.replace(params, n=1) if greedy else params)
         await self._gate.enter_request()
         try:
             version = self._version
@@ -301,10 +303,13 @@ class VLLMEngine:
         finally:
             await self._gate.leave_request()
         filtered = params.top_k > 0 or params.top_p < 1.0
-        return [
-            [self._completion(row, out, version, filtered) for out in sorted(final.outputs, key=lambda o: o.index)]
-            for row, final in zip(rows, outputs, strict=True)
-        ]
+        result = []
+        for row, final in zip(rows, outputs, strict=True):
+            ordered = sorted(final.outputs, key=lambda o: o.index)
+            if greedy:
+                ordered = ordered[:1] * params.n
+            result.append([self._completion(row, out, version, filtered) for out in ordered])
+        return result
 
     async def _generate_one(self, row: list[int], sampling: Any) -> Any:
         from vllm.inputs import TokensPrompt

@@ -1,0 +1,1 @@
+"""Engine configuration (``vllm.engine.arg_utils``)."""

@@ -1,0 +1,1 @@
+"""vLLM's V1 engine (the only one the double models)."""

@@ -1,0 +1,1 @@
+"""The V1 engine: ``async_llm.AsyncLLM`` and its exceptions."""

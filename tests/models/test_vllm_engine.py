@@ -1,0 +1,270 @@
+"""The ``vllm`` engine, run against a double of vLLM (``tests/doubles/vllm_site``).
+
+vLLM cannot be installed on this CPU-only machine. The double follows vLLM's
+documented V1 interfaces (AsyncEngineArgs, AsyncLLM.generate/collective_rpc/
+reset_prefix_cache, SamplingParams, RequestOutput, worker extensions) and
+really samples from the tiny model, so these tests check that the engine uses
+vLLM's API as documented and that its answers match the ``hf`` engine's
+contract: same prompts, same greedy tokens, log-probs recomputable by the
+trainer, weights that really change, one weight version per completion.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.doubles.vllm_path import vllm_double
+from tests.trainer.support import TrainerStub
+from trinity.common.config.schema import SynchronizerConfig
+from trinity.common.constants import SyncMethod
+from trinity.common.models.checksum import state_dict_checksum
+from trinity.common.models.engine import InferenceEngine, SamplingParams
+from trinity.common.models.hf_engine import HFEngine
+
+
+@pytest.fixture(scope="module")
+def double() -> Iterator[Path]:
+    with vllm_double() as site:
+        yield site
+
+
+@pytest.fixture(scope="module")
+def engine(double: Path, tiny_model: Path) -> Iterator[Any]:
+    """One tp-1 engine whose weights no test of this module changes."""
+    from trinity.common.models.vllm_engine import VLLMEngine
+
+    started = VLLMEngine(str(tiny_model), dtype="float32", max_prompt_tokens=32)
+    yield started
+    started.shutdown()
+
+
+@pytest.fixture
+def fresh(double: Path, tiny_model: Path) -> Iterator[Any]:
+    """A tp-2 engine a test may change (checksums tracked)."""
+    from trinity.common.models.vllm_engine import VLLMEngine
+
+    started = VLLMEngine(str(tiny_model), dtype="float32", tensor_parallel_size=2, track_checksum=True)
+    yield started
+    started.shutdown()
+
+
+def reference_logprobs(model: Any, prompt: torch.Tensor, response: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Recompute log_softmax(logits / T) of each response token, as a trainer does."""
+    ids = torch.cat([prompt, response]).unsqueeze(0)
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
+    scaled = torch.log_softmax(logits / temperature, dim=-1)
+    return scaled.gather(-1, response.unsqueeze(-1)).squeeze(-1)
+
+
+def perturbed_state(model_path: Path, scale: float) -> dict[str, torch.Tensor]:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32)
+    gen = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for parameter in model.parameters():  # tied weights are one parameter: they stay tied, as in a trainer
+            parameter.add_(scale * torch.randn(parameter.shape, generator=gen))
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def test_the_engine_follows_the_contract_and_says_what_it_is(engine: Any) -> None:
+    assert isinstance(engine, InferenceEngine)
+    facts = engine.describe()
+    assert facts["engine"] == "vllm" and facts["vllm"].endswith("trinity.double")
+    assert facts["tensor_parallel_size"] == 1 and engine.weight_sync_ranks() == 1
+    args = engine.engine.engine_args  # the double records what vLLM was given
+    assert args.worker_extension_cls == "trinity.common.models.vllm_worker.WeightSyncExtension"
+    assert args.logprobs_mode == "processed_logprobs" and args.max_model_len is None
+
+
+def test_greedy_tokens_match_the_hf_engine(engine: Any, shared_engine: HFEngine) -> None:
+    params = SamplingParams(temperature=0.0, max_tokens=8, n=2)
+    prompts = ["Repeat the letter b.", "hello"]
+    ours = engine.generate(prompts, params)
+    theirs = shared_engine.generate(prompts, params)
+    assert [len(c) for c in ours] == [2, 2]
+    for mine, ref in zip(ours, theirs, strict=True):
+        for a, b in zip(mine, ref, strict=True):
+            assert torch.equal(a.prompt_tokens, b.prompt_tokens)
+            assert torch.equal(a.response_tokens, b.response_tokens)
+            assert a.finish_reason == b.finish_reason and a.text == b.text
+            assert a.model_version == 0
+
+
+def test_logprobs_are_what_the_trainer_recomputes(engine: Any, shared_engine: HFEngine) -> None:
+    completions = engine.generate(["Repeat the letter a."], SamplingParams(temperature=0.7, max_tokens=10, seed=3))
+    completion = completions[0][0]
+    assert len(completion.logprobs) == len(completion.response_tokens) > 0
+    expected = reference_logprobs(shared_engine.model, completion.prompt_tokens, completion.response_tokens, 0.7)
+    torch.testing.assert_close(completion.logprobs, expected, atol=1e-4, rtol=1e-4)
+    assert "sampling_logprobs" not in completion.info
+
+
+def test_filtered_sampling_reports_the_filtered_logprobs(engine: Any) -> None:
+    completion = engine.generate(["hello"], SamplingParams(temperature=1.0, top_k=3, max_tokens=6, seed=1))[0][0]
+    assert torch.equal(completion.info["sampling_logprobs"], completion.logprobs)
+    assert bool((completion.logprobs <= 0).all()) and bool(torch.isfinite(completion.logprobs).all())
+
+
+def test_seeded_requests_repeat_and_length_is_reported(engine: Any) -> None:
+    params = SamplingParams(temperature=1.0, max_tokens=5, seed=11, n=3)
+    first = engine.generate(["a b c"], params)[0]
+    again = engine.generate(["a b c"], params)[0]
+    assert [c.response_tokens.tolist() for c in first] == [c.response_tokens.tolist() for c in again]
+    for completion in first:
+        if completion.finish_reason == "length":
+            assert len(completion.response_tokens) == 5
+        else:
+            assert completion.finish_reason == "stop"
+            assert int(completion.response_tokens[-1]) == engine.tokenizer.eos_token_id
+
+
+def test_chat_and_token_prompts_use_the_same_template_as_hf(engine: Any, shared_engine: HFEngine) -> None:
+    conversation = [{"role": "user", "content": "Repeat the letter c."}]
+    assert engine.chat_prompt_tokens(conversation) == shared_engine.chat_prompt_tokens(conversation)
+    completion = engine.chat([conversation], SamplingParams(temperature=0.0, max_tokens=4))[0][0]
+    assert completion.prompt_tokens.tolist() == shared_engine.chat_prompt_tokens(conversation)
+
+
+def test_long_prompts_keep_their_last_tokens(engine: Any) -> None:
+    prompt = list(range(5, 65))
+    completion = engine.generate_tokens([prompt], SamplingParams(temperature=0.0, max_tokens=2))[0][0]
+    assert completion.prompt_tokens.tolist() == prompt[-32:]
+
+
+def test_bad_requests_are_clear_errors(engine: Any) -> None:
+    from trinity.common.models.vllm_engine import VLLMEngineError
+
+    with pytest.raises(VLLMEngineError, match="n and max_tokens must be at least 1"):
+        engine.generate(["x"], SamplingParams(n=0))
+    with pytest.raises(VLLMEngineError, match="prompt 1 is empty"):
+        engine.generate_tokens([[3], []], SamplingParams())
+    assert engine.generate([], SamplingParams()) == []
+
+
+def test_loaded_weights_change_the_outputs_like_they_change_the_hf_engine(
+    double: Path, tiny_model: Path, fresh: Any
+) -> None:
+    state = perturbed_state(tiny_model, 0.05)
+    greedy = SamplingParams(temperature=0.0, max_tokens=8)
+    before = fresh.generate(["Repeat the letter b."], greedy)[0][0]
+    resets = fresh.engine.prefix_cache_resets
+    fresh.load_state_dict(state, version=4)
+    after = fresh.generate(["Repeat the letter b."], greedy)[0][0]
+    hf = HFEngine(str(tiny_model), torch_threads=1)
+    hf.load_state_dict(state, version=4)
+    expected = hf.generate(["Repeat the letter b."], greedy)[0][0]
+    assert after.model_version == 4 and fresh.model_version() == 4
+    assert torch.equal(after.response_tokens, expected.response_tokens)
+    assert not torch.equal(after.response_tokens, before.response_tokens) or not torch.allclose(
+        after.logprobs, before.logprobs
+    )
+    assert fresh.engine.prefix_cache_resets == resets + 1
+    assert fresh.state_dict_checksum() == state_dict_checksum(state)
+
+
+def test_checkpoint_folders_load_one_weight_set(fresh: Any, tiny_model: Path, tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    from trinity.common.models.vllm_engine import VLLMEngineError
+
+    state = perturbed_state(tiny_model, 0.02)
+    version_dir = tmp_path / "v7"
+    version_dir.mkdir()
+    save_file({k: v.contiguous() for k, v in state.items()}, str(version_dir / "model.safetensors"))
+    (tmp_path / "current").symlink_to(version_dir)
+    fresh.load_checkpoint_weights(str(tmp_path / "current"), 7)
+    assert fresh.model_version() == 7 and fresh.state_dict_checksum() == state_dict_checksum(state)
+    with pytest.raises(VLLMEngineError, match=r"no \*\.safetensors file"):
+        fresh.load_checkpoint_weights(str(tmp_path), 8)
+
+
+def test_online_sync_reaches_every_tensor_parallel_worker(fresh: Any, tiny_model: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    from trinity.synchronizer.synchronizer import Synchronizer
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model), dtype=torch.float32)
+    trainer = TrainerStub(model.state_dict())
+    trainer.perturb(0.01)
+    sync = Synchronizer(SyncMethod.parse("online", "gloo"), [trainer], [fresh],
+                        SynchronizerConfig(bucket_size_mb=1, sync_timeout=60))
+    try:
+        sync.sync(version=2)
+        assert trainer.group.world_size == 3  # trainer rank 0 + both tensor-parallel workers
+        assert fresh.model_version() == 2
+        assert fresh.state_dict_checksum() == trainer.checksum()
+        # the double refuses to generate when tensor-parallel workers hold different weights
+        assert fresh.generate(["hi"], SamplingParams(temperature=0.0, max_tokens=3))[0][0].model_version == 2
+        trainer.perturb(0.02)
+        sync.sync(version=3)
+        assert fresh.state_dict_checksum() == trainer.checksum() and fresh.model_version() == 3
+    finally:
+        sync.close()
+
+
+def test_a_weight_update_waits_for_running_requests_and_holds_new_ones() -> None:
+    from trinity.common.models.vllm_engine import _Gate
+
+    order: list[str] = []
+
+    async def scenario() -> None:
+        gate = _Gate()
+        await gate.enter_request()
+        order.append("request 1 running")
+
+        async def update() -> None:
+            order.append("update")
+
+        updating = asyncio.create_task(gate.exclusive(update))
+        await asyncio.sleep(0.01)
+        assert order == ["request 1 running"]  # the update waits for request 1
+
+        async def second() -> None:
+            await gate.enter_request()
+            order.append("request 2 running")
+            await gate.leave_request()
+
+        waiting = asyncio.create_task(second())
+        await asyncio.sleep(0.01)
+        await gate.leave_request()
+        await asyncio.gather(updating, waiting)
+
+    asyncio.run(scenario())
+    assert order == ["request 1 running", "update", "request 2 running"]
+
+
+def test_concurrent_callers_share_the_engine(engine: Any) -> None:
+    results: list[Any] = []
+    errors: list[BaseException] = []
+
+    def call(i: int) -> None:
+        try:
+            results.append(engine.generate([f"Repeat the letter {'abcd'[i]}."], SamplingParams(max_tokens=4, seed=i)))
+        except BaseException as exc:  # noqa: BLE001 - reported to the test thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors and len(results) == 4
+
+
+def test_after_shutdown_the_engine_refuses_work(double: Path, tiny_model: Path) -> None:
+    from trinity.common.models.vllm_engine import VLLMEngine, VLLMEngineError
+
+    started = VLLMEngine(str(tiny_model), dtype="float32")
+    started.shutdown()
+    started.shutdown()  # idempotent
+    with pytest.raises(VLLMEngineError, match="shut down"):
+        started.generate(["x"], SamplingParams())
