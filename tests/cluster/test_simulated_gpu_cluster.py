@@ -179,6 +179,12 @@ def test_placement_groups_are_single_gpu_bundles(placed: tuple[Config, Layout, P
         assert table[group.id.hex()]["state"] == "CREATED"
 
 
+def test_a_second_run_with_the_same_name_is_refused_clearly(placed: tuple[Config, Layout, Placement]) -> None:
+    cfg, layout, _ = placed
+    with pytest.raises(ConfigError, match=r"already exists on this Ray cluster: another run"):
+        place(cfg, layout)
+
+
 def test_trainers_get_their_gpu_mask_from_ray(probes: dict[str, list[dict[str, Any]]]) -> None:
     trainers = probes["trainers"]
     masks = [t["visible"] for t in trainers]

@@ -342,7 +342,7 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_vllm_engine_runs_tensor_parallel_on_the_npu_cluster(npu: Selection, tiny_model: Path) -> None:
-    from tests.doubles.vllm_path import SITE, vllm_double
+    from tests.doubles.vllm_path import SITE
     from trinity.common.models.engine import SamplingParams
     from trinity.common.models.engines import create_engines, shutdown_engines
 
@@ -352,12 +352,13 @@ def test_vllm_engine_runs_tensor_parallel_on_the_npu_cluster(npu: Selection, tin
     placement = place(cfg, layout)
     engines: list[Any] = []
     try:
-        with vllm_double():  # the driver checks that vllm is importable before it loads the engine class
-            runtime_env = engine_actor_options(cfg)["runtime_env"]
-            # the double must be importable in the actor: add it to the worker env, keeping the backend's variables
-            env_vars = {**runtime_env["env_vars"], "PYTHONPATH": str(SITE)}
-            engines = create_engines(cfg, options_for=placement.engine_options,
-                                     runtime_env={**runtime_env, "env_vars": env_vars})
+        # the driver loads the engine class without vLLM (a CPU head node); the actor imports it
+        assert "vllm" not in sys.modules
+        runtime_env = engine_actor_options(cfg)["runtime_env"]
+        # the double must be importable in the actor: add it to the worker env, keeping the backend's variables
+        env_vars = {**runtime_env["env_vars"], "PYTHONPATH": str(SITE)}
+        engines = create_engines(cfg, options_for=placement.engine_options,
+                                 runtime_env={**runtime_env, "env_vars": env_vars})
         (engine,) = engines
         described = ray.get(engine.describe.remote(), timeout=180)
         ranks = ray.get(engine.weight_sync_ranks.remote(), timeout=60)

@@ -99,3 +99,24 @@ def test_hf_engine_refuses_tensor_parallelism() -> None:
     cfg = config(explorer={"tensor_parallel_size": 2}, cluster={"devices_per_node": 8})
     with pytest.raises(ConfigError, match=r"the hf engine runs on one device.*engine_type: vllm"):
         resolve_layout(cfg, NPU, {"NPU": 8, "CPU": 8})
+
+
+def test_groups_that_no_node_packing_can_hold_are_refused_before_any_actor_starts() -> None:
+    # 2 x 8 NPUs: 6 trainer ranks take one node; two tp-3 engines fill the other but a third fits nowhere
+    cfg = config(explorer={"engine_type": "vllm", "engine_num": 3, "tensor_parallel_size": 3},
+                 trainer={"trainer_num": 6}, cluster={"node_num": 2, "devices_per_node": 8})
+    with pytest.raises(ConfigError, match=r"engine 2 \(3 devices; 3 engines in all\) cannot be placed on 2 node"):
+        resolve_layout(cfg, NPU, {"NPU": 16, "CPU": 64})
+    fits = config(explorer={"engine_type": "vllm", "engine_num": 2, "tensor_parallel_size": 4},
+                  trainer={"trainer_num": 8}, cluster={"node_num": 2, "devices_per_node": 8})
+    assert resolve_layout(fits, NPU, {"NPU": 16, "CPU": 64}).engines == 2
+
+
+def test_packing_counts_spread_trainers_and_best_fit_engines() -> None:
+    from trinity.common.config.validator import unpackable_groups
+
+    assert unpackable_groups(12, 1, 4, 2, 8) == ""  # 12 ranks spread 8 + 4, the engine takes the other 4
+    assert unpackable_groups(12, 2, 4, 2, 8).startswith("engine 1")
+    assert unpackable_groups(0, 4, 4, 2, 8) == ""
+    assert unpackable_groups(2, 3, 2, 1, 8) == ""
+    assert unpackable_groups(20, 0, 1, 2, 8) == "the trainer's 20 ranks"

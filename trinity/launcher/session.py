@@ -50,9 +50,7 @@ def open_session(config: Config) -> Session:
         selection = device.select_backend(config.cluster.device, cluster_resources=resources)
         layout = resolve_layout(config, selection.backend, resources)
         if layout.engines:
-            from trinity.common.models.engines import ENGINES
-
-            ENGINES.get(config.explorer.engine_type)()  # an engine that cannot load fails here, before any actor
+            check_engine_requirements(config, alive_nodes=len([n for n in ray.nodes() if n.get("Alive")]))  # type: ignore[no-untyped-call]
     except BaseException:
         disconnect(connection)
         raise
@@ -64,3 +62,24 @@ def open_session(config: Config) -> Session:
         selection.name, selection.reason, layout.engines, layout.trainers, layout.sync_method, run_dir,
     )
     return Session(config, connection, selection, layout, run_dir)
+
+
+def check_engine_requirements(config: Config, alive_nodes: int) -> None:
+    """Fail early when the engine type cannot start: an error on a one-node cluster, a warning on a larger one.
+
+    The driver may run on a head node without the engine's runtime (vLLM)
+    while the engine nodes have it; on one node, the engines would run right
+    here, so a missing runtime is certain to fail. Raises ConfigError (or
+    UnknownNameError for an unknown engine type).
+    """
+    from trinity.common.config.loader import ConfigError
+    from trinity.common.models.engines import ENGINES
+
+    engine_cls = ENGINES.get(config.explorer.engine_type)()
+    check = getattr(engine_cls, "missing_requirement", None)
+    problem = check() if check is not None else None
+    if problem is None:
+        return
+    if alive_nodes <= 1:
+        raise ConfigError(problem)
+    logger.warning("%s (on the driver's node; the engine nodes must have it)", problem)

@@ -93,6 +93,13 @@ def resolve_layout(config: Config, backend: Backend, cluster_resources: Mapping[
                 f"cluster: the run asks for {asked} {key} but the Ray cluster has {have:g}; "
                 f"check `ray status`, or lower explorer.engine_num/trainer.trainer_num"
             )
+        unplaced = unpackable_groups(trainers, engines, tp, config.cluster.node_num, per_node)
+        if unplaced:
+            raise ConfigError(
+                f"cluster: {unplaced} cannot be placed on {config.cluster.node_num} node(s) x {per_node} {key}: "
+                f"the trainer ranks (when they fit a node) and each engine's {tp} device(s) must each share one "
+                "node; change explorer.engine_num, explorer.tensor_parallel_size or trainer.trainer_num"
+            )
     bundles = engines * tp + trainers
     have_cpus = float(cluster_resources.get("CPU", 0))
     if bundles * cpus > have_cpus:
@@ -109,3 +116,33 @@ def resolve_layout(config: Config, backend: Backend, cluster_resources: Mapping[
         sync_method=sync_method,
         use_torch_compile=bool(use_compile),
     )
+
+
+def unpackable_groups(trainers: int, engines: int, tp: int, nodes: int, per_node: int) -> str:
+    """Return what does not fit when the run's placement groups are packed onto the nodes, or ``""``.
+
+    The trainer group needs one node when it fits on one (STRICT_PACK) and
+    spreads otherwise; each engine needs ``tp`` devices on one node. Groups
+    are packed largest first, each onto the fullest node that still takes it
+    (best fit), which finds a packing whenever one of these sizes exists in
+    practice.
+    """
+    free = [per_node] * nodes
+    if trainers:
+        if trainers <= per_node:
+            free[0] -= trainers
+        else:
+            remaining = trainers
+            for i in range(nodes):
+                take = min(free[i], remaining)
+                free[i] -= take
+                remaining -= take
+            if remaining:
+                return f"the trainer's {trainers} ranks"
+    for index in range(engines):
+        fitting = [i for i in range(nodes) if free[i] >= tp]
+        if not fitting:
+            return f"engine {index} ({tp} devices; {engines} engines in all)"
+        best = min(fitting, key=lambda i: free[i])
+        free[best] -= tp
+    return ""

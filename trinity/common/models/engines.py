@@ -17,6 +17,8 @@ from trinity.common.registry import Registry
 #: Engine classes by ``explorer.engine_type``, as loaders (``ENGINES.get("hf")()`` is the class).
 ENGINES: Registry[Callable[[], type]] = Registry("inference engine")
 
+#: An engine class may offer ``missing_requirement() -> str | None``: what must be installed for it to start.
+
 
 def _load_hf() -> type:
     from trinity.common.models.hf_engine import HFEngine
@@ -25,16 +27,7 @@ def _load_hf() -> type:
 
 
 def _load_vllm() -> type:
-    import importlib.util
-
-    if importlib.util.find_spec("vllm") is None:
-        from trinity.common.config.loader import ConfigError
-
-        raise ConfigError(
-            "explorer.engine_type: vllm, but vLLM is not installed in this Python; install it "
-            "(CUDA: pip install 'trinity-rft[vllm]'; Ascend: vllm-ascend, see docs/vllm.md) or use engine_type: hf"
-        )
-    from trinity.common.models.vllm_engine import VLLMEngine
+    from trinity.common.models.vllm_engine import VLLMEngine  # imports no vllm: the engine does, when started
 
     return VLLMEngine
 

@@ -33,6 +33,14 @@ def create_placement_group(
     from ray.util.placement_group import placement_group
 
     wanted = bundles(count, resource_key, cpus_per_bundle, devices)
+    if name and _named_group_exists(name):
+        from trinity.common.config.loader import ConfigError
+
+        project_and_name = name.rsplit("/", 1)[0]
+        raise ConfigError(
+            f"placement group {name!r} already exists on this Ray cluster: another run with the same "
+            f"project/name ({project_and_name}) is running there; give this run another `name`"
+        )
     group = placement_group(wanted, strategy=strategy(count, devices_per_node, resource_key), name=name)
     ready, _ = ray.wait([group.ready()], timeout=timeout_s)
     if not ready:
@@ -42,3 +50,14 @@ def create_placement_group(
             f"the cluster offers {ray.available_resources()}"  # type: ignore[no-untyped-call]
         )
     return group
+
+
+def _named_group_exists(name: str) -> bool:
+    """Return True when a live placement group called ``name`` exists in this Ray namespace."""
+    from ray.util.placement_group import get_placement_group
+
+    try:
+        get_placement_group(name)
+    except ValueError:  # Ray's answer for "no such group"
+        return False
+    return True

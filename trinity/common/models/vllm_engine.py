@@ -129,11 +129,25 @@ class _Gate:
                 self._cond.notify_all()
 
 
+#: What to do when vLLM is missing (one line).
+INSTALL_HINT = (
+    "explorer.engine_type: vllm, but vLLM is not installed in this Python; install it "
+    "(CUDA: pip install 'trinity-rft[vllm]'; Ascend: vllm-ascend, see docs/vllm.md) or use engine_type: hf"
+)
+
+
 class VLLMEngine:
     """A vLLM-based rollout engine; see the module docstring."""
 
     #: The engine sets its devices' visibility itself (see :func:`~trinity.common.models.engines.engine_actor_options`).
     manages_devices = True
+
+    @staticmethod
+    def missing_requirement() -> str | None:
+        """Return the install hint when vLLM cannot be imported in this Python, else None (imports nothing)."""
+        import importlib.util
+
+        return INSTALL_HINT if importlib.util.find_spec("vllm") is None else None
 
     def __init__(
         self,
@@ -166,6 +180,9 @@ class VLLMEngine:
                 f"max_prompt_tokens and tensor_parallel_size must be at least 1, "
                 f"got {max_prompt_tokens}, {tensor_parallel_size}"
             )
+        problem = self.missing_requirement()
+        if problem is not None:
+            raise VLLMEngineError(problem)
         if tensor_parallel_size == 1:
             os.environ.update(device.ray_assigned_devices_env())  # Ray left the mask to us (manages_devices)
         from transformers import AutoTokenizer
