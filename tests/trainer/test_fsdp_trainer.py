@@ -132,6 +132,38 @@ def test_sync_from_the_trainer_into_an_engine(grpo: dict[str, Any], tiny_path: P
         assert report.bytes == expected_bytes
 
 
+def test_sync_from_the_trainer_into_a_tensor_parallel_vllm_engine(grpo: dict[str, Any], tiny_path: Path,
+                                                                   tmp_path: Path) -> None:
+    """The real FSDP2 trainer feeds a tp-2 vllm engine (vLLM is a double here) by every sync method."""
+    from tests.doubles.vllm_path import vllm_double
+    from trinity.common.models.engine import SamplingParams
+    from trinity.common.models.hf_engine import HFEngine
+
+    trainer: FSDPTrainer = grpo["trainer"]
+    expected = trainer.state_dict_checksums()[0]
+    with vllm_double():
+        from trinity.common.models.vllm_engine import VLLMEngine
+
+        engine = VLLMEngine(str(tiny_path), dtype="float32", tensor_parallel_size=2, track_checksum=True)
+        try:
+            assert engine.state_dict_checksum() != expected  # the initial weights
+            for offset, method in enumerate(("online", "checkpoint", "memory"), start=1):
+                sync = Synchronizer(SyncMethod.parse(method), trainer, [engine], SynchronizerConfig(bucket_size_mb=1),
+                                    checkpoint_path=tmp_path / "sync")
+                try:
+                    sync.sync(100 * offset)
+                finally:
+                    sync.close()
+                assert engine.state_dict_checksum() == expected and engine.model_version() == 100 * offset
+            greedy = SamplingParams(temperature=0.0, max_tokens=8)
+            served = engine.generate(["What is 3 plus 4?"], greedy)[0][0]
+        finally:
+            engine.shutdown()
+    reference = HFEngine(str(tiny_path), torch_threads=1)
+    reference.load_state_dict(trainer.full_state_dict(), version=300)
+    assert torch.equal(served.response_tokens, reference.generate(["What is 3 plus 4?"], greedy)[0][0].response_tokens)
+
+
 def test_converter_output_gives_the_trainer_logits(grpo: dict[str, Any], tmp_path: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -35,6 +35,19 @@ def fake_triton(monkeypatch: pytest.MonkeyPatch, root: Path) -> None:
     monkeypatch.syspath_prepend(str(package.parent))
 
 
+def fake_vllm(monkeypatch: pytest.MonkeyPatch, root: Path, version: str) -> None:
+    """Install a ``vllm`` distribution (package + dist-info) that the doctor finds but must never import."""
+    site = root / "vllm_site"
+    package = site / "vllm"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("raise ImportError('the doctor must not import vllm')\n")
+    info = site / f"vllm-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n")
+    (info / "RECORD").write_text(f"vllm/__init__.py,,\n{info.name}/METADATA,,\n")
+    monkeypatch.syspath_prepend(str(site))
+
+
 def fake_nccl_distribution(monkeypatch: pytest.MonkeyPatch, root: Path, name: str, version: str) -> Path:
     """Install a dist-info for ``name`` (e.g. nvidia-nccl-cu12) shipping ``nvidia/nccl/lib/libnccl.so.2``."""
     site = root / f"site_{name}"
@@ -72,6 +85,7 @@ def test_healthy_machine(
     cuda_doubles(gpus=2, torch_build=build, driver_version="570.124.06", cuda_driver_version=12080)
     monkeypatch.setattr(nccl, "NCCL_DISTRIBUTIONS", ())
     fake_triton(monkeypatch, tmp_path)
+    fake_vllm(monkeypatch, tmp_path, "0.11.2")
     checks = by_name(doctor.run_checks())
     assert {name: c.status for name, c in checks.items()} == {
         "NVIDIA driver": "ok",
@@ -80,7 +94,9 @@ def test_healthy_machine(
         "CUDA driver compatibility": "ok",
         "NCCL": "ok",
         "triton (torch.compile)": "ok",
+        "vllm": "ok",
     }
+    assert checks["vllm"].facts == {"vllm": "0.11.2"}
     driver = checks["NVIDIA driver"]
     assert "570.124.06" in driver.detail and "CUDA up to 12.8" in driver.detail and "2 GPU(s)" in driver.detail
     assert driver.facts["driver_version"] == "570.124.06" and driver.facts["gpu_count"] == "2"
@@ -211,6 +227,13 @@ def test_triton_missing_warns(cuda_doubles: Install, monkeypatch: pytest.MonkeyP
     check = by_name(doctor.run_checks())["triton (torch.compile)"]
     assert check.status == "warn" and "triton is not installed" in check.detail
     assert "pip install triton" in check.fix
+
+
+def test_vllm_missing_warns_with_the_extra_to_install(cuda_doubles: Install) -> None:
+    cuda_doubles()
+    check = by_name(doctor.run_checks())["vllm"]  # vLLM cannot be installed on this CPU-only machine
+    assert check.status == "warn" and "the hf engine can" in check.detail
+    assert "trinity-rft[vllm]" in check.fix
 
 
 def _find_spec_without(hidden: str) -> Callable[..., Any]:

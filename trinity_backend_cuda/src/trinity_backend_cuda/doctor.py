@@ -35,6 +35,7 @@ def run_checks() -> list[DoctorCheck]:
         _safe("CUDA driver compatibility", driver_compatibility_check, report, build),
         _safe("NCCL", nccl_check, build),
         _safe("triton (torch.compile)", triton_check),
+        _safe("vllm", vllm_check),
     ]
     return [check for check in checks if check is not None]
 
@@ -196,3 +197,21 @@ def triton_check() -> DoctorCheck:
         "triton (torch.compile)", "warn", f"{detail}; trainer.use_torch_compile defaults to false",
         fix=compile_support.INSTALL_TRITON,
     )
+
+
+def vllm_check() -> DoctorCheck:
+    """Is vLLM installed, for ``explorer.engine_type: vllm``? Its absence is a ``warn`` (the hf engine runs)."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        return DoctorCheck(
+            "vllm", "warn", "vLLM is not installed: the vllm rollout engine cannot run (the hf engine can)",
+            fix="pip install 'trinity-rft[vllm]' (vLLM brings its own CUDA torch build)",
+        )
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        found = version("vllm")
+    except PackageNotFoundError:
+        found = "unknown version"
+    return DoctorCheck("vllm", "ok", f"vLLM {found} installed", facts={"vllm": found})
