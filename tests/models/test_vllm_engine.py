@@ -171,6 +171,22 @@ def test_loaded_weights_change_the_outputs_like_they_change_the_hf_engine(
     assert fresh.state_dict_checksum() == state_dict_checksum(state)
 
 
+def test_a_partial_load_changes_those_weights_and_forgets_the_checksum(fresh: Any, tiny_model: Path) -> None:
+    from trinity.common.models.vllm_engine import VLLMEngineError
+
+    state = perturbed_state(tiny_model, 0.05)
+    fresh.load_state_dict({f"module.{k}": v for k, v in state.items()}, version=1)  # a wrapper prefix is fine
+    assert fresh.state_dict_checksum() == state_dict_checksum(state)
+    one = {"model.norm.weight": state["model.norm.weight"] * 2}
+    fresh.load_state_dict(one, version=2)
+    assert fresh.model_version() == 2
+    with pytest.raises(VLLMEngineError, match="partial set"):
+        fresh.state_dict_checksum()
+    with pytest.raises(Exception, match=r"model\.bogus"):  # vLLM's load_weights refuses unknown names
+        fresh.load_state_dict({"model.bogus": torch.zeros(1)}, version=3)
+    assert fresh.model_version() == 2
+
+
 def test_checkpoint_folders_load_one_weight_set(fresh: Any, tiny_model: Path, tmp_path: Path) -> None:
     from safetensors.torch import save_file
 

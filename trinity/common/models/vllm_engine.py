@@ -60,7 +60,7 @@ import torch
 
 from trinity import device
 from trinity.common.models.engine import Completion, SamplingParams, TensorMeta, WeightSyncGroupInfo
-from trinity.common.models.vllm_worker import WeightSyncExtension, metas_to_rows, safetensors_files
+from trinity.common.models.vllm_worker import WeightSyncExtension, clean_name, metas_to_rows, safetensors_files
 
 logger = logging.getLogger(__name__)
 
@@ -419,7 +419,7 @@ class VLLMEngine:
         for file in safetensors_files(self.model_path):
             with safe_open(file, framework="pt") as handle:
                 names.update(handle.keys())
-        return names.issubset(weights)
+        return names.issubset(clean_name(name) for name in weights)
 
     def _update(self, load: Callable[[], Awaitable[Any]], version: int) -> None:
         async def action() -> None:
