@@ -51,6 +51,7 @@ import torch
 from trinity import device
 from trinity.common.models.checksum import state_dict_checksum
 from trinity.common.models.engine import Completion, SamplingParams, TensorMeta, WeightSyncGroupInfo
+from trinity.common.models.prompting import TextPrompts
 from trinity.common.models.sampling import LogprobRecorder
 
 logger = logging.getLogger(__name__)
@@ -105,7 +106,7 @@ class _StopStrings:
         return done
 
 
-class HFEngine:
+class HFEngine(TextPrompts):
     """A transformers-based rollout engine; see the module docstring."""
 
     def __init__(
@@ -200,24 +201,6 @@ class HFEngine:
         return ids
 
     # ------------------------------------------------------------------ sampling
-
-    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[list[Completion]]:
-        """Sample ``params.n`` completions for each raw prompt string (tokenizer special tokens added)."""
-        ids = [self.tokenizer(p, add_special_tokens=True)["input_ids"] for p in prompts]
-        return self.generate_tokens(ids, params)
-
-    def chat(
-        self, conversations: Sequence[Sequence[Mapping[str, str]]], params: SamplingParams
-    ) -> list[list[Completion]]:
-        """Apply the chat template with a generation prompt to each conversation, then sample."""
-        return self.generate_tokens([self.chat_prompt_tokens(c) for c in conversations], params)
-
-    def chat_prompt_tokens(self, conversation: Sequence[Mapping[str, str]]) -> list[int]:
-        """Return the token ids of ``conversation`` under the chat template, with the generation prompt."""
-        text = self.tokenizer.apply_chat_template(
-            [dict(m) for m in conversation], add_generation_prompt=True, tokenize=False
-        )
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def generate_tokens(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:
         """Sample ``params.n`` completions for each prompt given as token ids (multi-turn rollouts use this)."""

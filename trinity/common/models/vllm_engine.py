@@ -60,6 +60,7 @@ import torch
 
 from trinity import device
 from trinity.common.models.engine import Completion, SamplingParams, TensorMeta, WeightSyncGroupInfo
+from trinity.common.models.prompting import TextPrompts
 from trinity.common.models.vllm_worker import WeightSyncExtension, clean_name, metas_to_rows, safetensors_files
 
 logger = logging.getLogger(__name__)
@@ -136,7 +137,7 @@ INSTALL_HINT = (
 )
 
 
-class VLLMEngine:
+class VLLMEngine(TextPrompts):
     """A vLLM-based rollout engine; see the module docstring."""
 
     #: The engine sets its devices' visibility itself (see :func:`~trinity.common.models.engines.engine_actor_options`).
@@ -276,24 +277,6 @@ class VLLMEngine:
         self._thread.join(timeout=10)
 
     # ------------------------------------------------------------------ sampling
-
-    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[list[Completion]]:
-        """Sample ``params.n`` completions for each raw prompt string (tokenizer special tokens added)."""
-        ids = [self.tokenizer(p, add_special_tokens=True)["input_ids"] for p in prompts]
-        return self.generate_tokens(ids, params)
-
-    def chat(
-        self, conversations: Sequence[Sequence[Mapping[str, str]]], params: SamplingParams
-    ) -> list[list[Completion]]:
-        """Apply the chat template with a generation prompt to each conversation, then sample."""
-        return self.generate_tokens([self.chat_prompt_tokens(c) for c in conversations], params)
-
-    def chat_prompt_tokens(self, conversation: Sequence[Mapping[str, str]]) -> list[int]:
-        """Return the token ids of ``conversation`` under the chat template, with the generation prompt."""
-        text = self.tokenizer.apply_chat_template(
-            [dict(m) for m in conversation], add_generation_prompt=True, tokenize=False
-        )
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def generate_tokens(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:
         """Sample ``params.n`` completions for each prompt given as token ids (multi-turn rollouts use this)."""

@@ -1,0 +1,40 @@
+"""Text and chat prompts, shared by every engine: tokenize here, then sample from token ids."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from trinity.common.models.engine import Completion, SamplingParams
+
+
+class TextPrompts:
+    """``generate`` and ``chat`` of an engine, built on its ``tokenizer`` and its ``generate_tokens``.
+
+    Both engines tokenize the same way, so the same prompt gives the same
+    prompt tokens whichever engine serves it.
+    """
+
+    tokenizer: Any
+
+    def generate_tokens(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:
+        """Sample ``params.n`` completions for each prompt given as token ids (the engine implements it)."""
+        raise NotImplementedError
+
+    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[list[Completion]]:
+        """Sample ``params.n`` completions for each raw prompt string (tokenizer special tokens added)."""
+        ids = [self.tokenizer(p, add_special_tokens=True)["input_ids"] for p in prompts]
+        return self.generate_tokens(ids, params)
+
+    def chat(
+        self, conversations: Sequence[Sequence[Mapping[str, str]]], params: SamplingParams
+    ) -> list[list[Completion]]:
+        """Apply the chat template with a generation prompt to each conversation, then sample."""
+        return self.generate_tokens([self.chat_prompt_tokens(c) for c in conversations], params)
+
+    def chat_prompt_tokens(self, conversation: Sequence[Mapping[str, str]]) -> list[int]:
+        """Return the token ids of ``conversation`` under the chat template, with the generation prompt."""
+        text = self.tokenizer.apply_chat_template(
+            [dict(m) for m in conversation], add_generation_prompt=True, tokenize=False
+        )
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
