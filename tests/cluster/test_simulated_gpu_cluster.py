@@ -13,7 +13,6 @@ and the CUDA backend package's answers (collective, visible-devices variable).
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -23,6 +22,8 @@ import ray
 from ray import cloudpickle
 from ray.cluster_utils import Cluster
 
+from tests.cluster.probes import probe_answers as view_of_worker
+from tests.cluster.probes import select_from_cluster
 from trinity import device
 from trinity.common.config import ConfigError, parse_config
 from trinity.common.config.schema import Config
@@ -36,8 +37,11 @@ from trinity.launcher.placement import Placement, place
 # ship this module's classes and functions by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-#: Modules a worker must not import just to answer device questions.
-DEVICE_RUNTIMES = ("torch", "torch_npu", "pynvml")
+
+
+def probe_answers() -> dict[str, Any]:
+    """See :func:`tests.cluster.probes.probe_answers`: a GPU worker's view."""
+    return view_of_worker("CUDA_VISIBLE_DEVICES", "GPU", extra_env=("NCCL_CUMEM_ENABLE",))
 
 
 def gpu_config(engine_num: int = 2, trainer_num: int = 2) -> Config:
@@ -50,31 +54,6 @@ def gpu_config(engine_num: int = 2, trainer_num: int = 2) -> Config:
         # devices_per_node over-declares on purpose: the refusal must come from what Ray has
         "cluster": {"node_num": 1, "devices_per_node": 8, "cpus_per_bundle": 0.5},
     })
-
-
-def select_cuda() -> Selection:
-    """Select the backend from the connected cluster's resources, as a CPU-only driver does."""
-    return device.select_backend(cluster_resources=ray.cluster_resources())
-
-
-def probe_answers() -> dict[str, Any]:
-    """Return what a worker sees: its environment, Ray's assignment and the device façade's answers."""
-    import trinity.device as worker_device
-
-    return {
-        "node": ray.get_runtime_context().get_node_id(),
-        "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
-        "noset": os.environ.get("RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"),
-        "nccl_cumem": os.environ.get("NCCL_CUMEM_ENABLE"),
-        "trinity_device": (os.environ.get("TRINITY_DEVICE"), os.environ.get("TRINITY_DEVICE_RESOLVED")),
-        "accelerators": {k: list(v) for k, v in ray.get_runtime_context().get_accelerator_ids().items()},
-        "assigned_env": worker_device.ray_assigned_devices_env(),
-        "device_type": worker_device.get_device_type(),
-        "collective": worker_device.get_collective_backend(),
-        "pg": worker_device.get_process_group_backend(),
-        "source": worker_device.current_selection().source,
-        "imported": [m for m in DEVICE_RUNTIMES if m in sys.modules],
-    }
 
 
 @ray.remote
@@ -99,13 +78,13 @@ class ProbeEngine:
 @pytest.fixture
 def cuda(gpu_cluster: Cluster) -> Selection:
     """The CUDA selection a CPU-only driver makes on the GPU cluster (re-made for each test)."""
-    return select_cuda()
+    return select_from_cluster()
 
 
 @pytest.fixture(scope="module")
 def placed(gpu_cluster: Cluster) -> Iterator[tuple[Config, Layout, Placement]]:
     """The config, its layout and its placement groups (2 engines x 1 GPU, 2 trainers); removed afterwards."""
-    selection = select_cuda()
+    selection = select_from_cluster()
     cfg = gpu_config()
     layout = resolve_layout(cfg, selection.backend, ray.cluster_resources())
     placement = place(cfg, layout)
@@ -121,7 +100,7 @@ def probes(placed: tuple[Config, Layout, Placement]) -> dict[str, list[dict[str,
     from trinity.trainer.trainer import worker_actor_options  # imports torch: keep it out of the workers' imports
 
     cfg, layout, placement = placed
-    select_cuda()
+    select_from_cluster()
     engines = [
         ray.remote(ProbeEngine).options(**{**engine_actor_options(cfg, ProbeEngine), **placement.engine_options(i)})
         .remote()
@@ -192,7 +171,7 @@ def test_trainers_get_their_gpu_mask_from_ray(probes: dict[str, list[dict[str, A
     assert len(set(masks)) == len(masks)
     for trainer in trainers:
         assert trainer["noset"] is None
-        assert trainer["accelerators"]["GPU"] == [trainer["visible"]]
+        assert trainer["ids"] == [trainer["visible"]]
         assert trainer["assigned_env"] == {"CUDA_VISIBLE_DEVICES": trainer["visible"]}
 
 
@@ -200,8 +179,8 @@ def test_engines_set_their_own_mask(probes: dict[str, list[dict[str, Any]]]) -> 
     for engine in probes["engines"]:
         assert engine["noset"] == "1"
         assert engine["visible"] is None, "Ray must leave the mask to an engine that manages its devices"
-        assert len(engine["accelerators"]["GPU"]) == 1
-        assert engine["assigned_env"] == {"CUDA_VISIBLE_DEVICES": engine["accelerators"]["GPU"][0]}
+        assert len(engine["ids"]) == 1
+        assert engine["assigned_env"] == {"CUDA_VISIBLE_DEVICES": engine["ids"][0]}
 
 
 def test_every_gpu_is_used_once(probes: dict[str, list[dict[str, Any]]]) -> None:
@@ -213,7 +192,7 @@ def test_every_gpu_is_used_once(probes: dict[str, list[dict[str, Any]]]) -> None
 def test_workers_inherit_cuda_without_probing(probes: dict[str, list[dict[str, Any]]]) -> None:
     for answer in [*probes["engines"], *probes["trainers"]]:
         assert answer["trinity_device"] == ("cuda", "1") and answer["source"] == "driver"
-        assert answer["nccl_cumem"] == "0", "the CUDA backend's worker env sets NCCL_CUMEM_ENABLE=0 for weight sync"
+        assert answer["env"]["NCCL_CUMEM_ENABLE"] == "0", "the CUDA backend's worker env sets it for weight sync"
         assert answer["device_type"] == "cuda" and answer["collective"] == "nccl"
         assert answer["pg"] == "cpu:gloo,cuda:nccl"
         assert answer["imported"] == [], f"a worker imported {answer['imported']} to answer device questions"

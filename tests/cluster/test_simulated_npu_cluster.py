@@ -30,6 +30,8 @@ from ray import cloudpickle
 from ray.cluster_utils import Cluster
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from tests.cluster.probes import probe_answers as view_of_worker
+from tests.cluster.probes import select_from_cluster
 from trinity import device
 from trinity.common.config import ConfigError, parse_config
 from trinity.common.config.schema import Config
@@ -45,8 +47,6 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 VISIBLE = "ASCEND_RT_VISIBLE_DEVICES"
 NOSET = f"RAY_EXPERIMENTAL_NOSET_{VISIBLE}"
-#: Modules a worker must not import just to answer device questions.
-DEVICE_RUNTIMES = ("torch", "torch_npu", "acl")
 
 
 def npu_config(**sections: Any) -> Config:
@@ -67,27 +67,9 @@ def tp_config() -> Config:
                       trainer={"trainer_num": 4})
 
 
-def select_npu() -> Selection:
-    """Select the backend from the connected cluster's resources, as a CPU-only driver does."""
-    return device.select_backend(cluster_resources=ray.cluster_resources())
-
-
 def probe_answers() -> dict[str, Any]:
-    """Return what a worker sees: its node, environment, Ray's assignment and the device façade's answers."""
-    import trinity.device as worker_device
-
-    return {
-        "node": ray.get_runtime_context().get_node_id(),
-        "visible": os.environ.get(VISIBLE),
-        "noset": os.environ.get(NOSET),
-        "npus": list(ray.get_runtime_context().get_accelerator_ids().get("NPU", [])),
-        "assigned_env": worker_device.ray_assigned_devices_env(),
-        "device_type": worker_device.get_device_type(),
-        "collective": worker_device.get_collective_backend(),
-        "pg": worker_device.get_process_group_backend(),
-        "source": worker_device.current_selection().source,
-        "imported": [m for m in DEVICE_RUNTIMES if m in sys.modules],
-    }
+    """See :func:`tests.cluster.probes.probe_answers`: an NPU worker's view."""
+    return view_of_worker(VISIBLE, "NPU")
 
 
 class ProbeWorker:
@@ -130,7 +112,7 @@ class ProbeEngine:
         finally:
             for worker in workers:
                 ray.kill(worker)
-        ids = [int(i) for a in answers for i in a["npus"]]
+        ids = [int(i) for a in answers for i in a["ids"]]
         random.Random(seed).shuffle(ids)
         return {
             "group": group.id.hex(),
@@ -144,7 +126,7 @@ class ProbeEngine:
 @pytest.fixture
 def npu(npu_cluster: Cluster) -> Selection:
     """The NPU selection a CPU-only driver makes on the cluster (re-made for each test)."""
-    selection = select_npu()
+    selection = select_from_cluster()
     assert selection.name == "npu" and selection.source == "cluster"
     return selection
 
@@ -153,7 +135,7 @@ def npu(npu_cluster: Cluster) -> Selection:
 def placed(npu_cluster: Cluster) -> Iterator[tuple[Config, Layout, Placement]]:
     """The tensor-parallel run's config, layout and placement groups; removed afterwards."""
     cfg = tp_config()
-    layout = resolve_layout(cfg, select_npu().backend, ray.cluster_resources())
+    layout = resolve_layout(cfg, select_from_cluster().backend, ray.cluster_resources())
     placement = place(cfg, layout)
     try:
         yield cfg, layout, placement
@@ -165,7 +147,7 @@ def placed(npu_cluster: Cluster) -> Iterator[tuple[Config, Layout, Placement]]:
 def engine_runs(placed: tuple[Config, Layout, Placement]) -> list[dict[str, Any]]:
     """Start each tp-4 engine probe in its group and let it start its workers; their answers."""
     cfg, layout, placement = placed
-    select_npu()
+    select_from_cluster()
     engines = [
         ray.remote(ProbeEngine).options(**{**engine_actor_options(cfg, ProbeEngine), **placement.engine_options(i)})
         .remote()
@@ -185,7 +167,7 @@ def trainer_answers(placed: tuple[Config, Layout, Placement]) -> list[dict[str, 
     from trinity.trainer.trainer import worker_actor_options  # imports torch: keep it out of the workers' imports
 
     cfg, layout, placement = placed
-    select_npu()
+    select_from_cluster()
     probe = ray.remote(ProbeWorker)
     trainers = [
         probe.options(**worker_actor_options(cfg.cluster.cpus_per_bundle, placement.trainer_group, rank)).remote()
@@ -243,7 +225,7 @@ def test_engine_group_is_captured_and_holds_no_npu_itself(
     assert [run["group"] for run in engine_runs] == [g.id.hex() for g in placement.engine_groups]
     for run in engine_runs:
         engine = run["engine"]
-        assert engine["npus"] == [] and engine["assigned_env"] == {}
+        assert engine["ids"] == [] and engine["assigned_env"] == {}
         assert engine["noset"] == "1" and engine["visible"] is None
         assert engine["source"] == "driver" and engine["device_type"] == "npu"
 
@@ -256,13 +238,13 @@ def test_tp_workers_share_a_node_and_get_no_mask_from_ray(engine_runs: list[dict
         for worker in workers:
             assert worker["noset"] == "1", "child actors inherit the engine's runtime env"
             assert worker["visible"] is None
-            assert len(worker["npus"]) == 1
+            assert len(worker["ids"]) == 1
             assert worker["imported"] == []
 
 
 def test_engine_builds_an_ascending_mask_of_its_workers(engine_runs: list[dict[str, Any]]) -> None:
     for run in engine_runs:
-        ids = sorted(int(w["npus"][0]) for w in run["workers"])
+        ids = sorted(int(w["ids"][0]) for w in run["workers"])
         assert len(set(ids)) == 4 and all(0 <= i < 8 for i in ids)
         assert run["mask"] == {VISIBLE: ",".join(str(i) for i in ids)}
     assert any(run["shuffled"] != sorted(run["shuffled"]) for run in engine_runs), "shuffle did not shuffle"
@@ -278,14 +260,14 @@ def test_trainers_get_one_npu_each_from_ray(trainer_answers: list[dict[str, Any]
     assert all(m is not None and m.isdigit() for m in masks), masks
     assert len(set(masks)) == 4
     for trainer in trainer_answers:
-        assert trainer["noset"] is None and trainer["npus"] == [trainer["visible"]]
+        assert trainer["noset"] is None and trainer["ids"] == [trainer["visible"]]
         assert trainer["pg"] == "cpu:gloo,npu:hccl" and trainer["collective"] == "hccl"
         assert trainer["source"] == "driver" and trainer["imported"] == []
 
 
 def test_no_npu_is_given_twice(trainer_answers: list[dict[str, Any]], engine_runs: list[dict[str, Any]]) -> None:
     taken = [(t["node"], int(t["visible"])) for t in trainer_answers]
-    taken += [(w["node"], int(w["npus"][0])) for run in engine_runs for w in run["workers"]]
+    taken += [(w["node"], int(w["ids"][0])) for run in engine_runs for w in run["workers"]]
     assert len(taken) == 12 and len(set(taken)) == 12
 
 
@@ -307,8 +289,8 @@ def test_tp1_engine_holds_one_npu_and_writes_its_own_mask(npu: Selection) -> Non
     finally:
         placement.remove()
     assert answer["noset"] == "1" and answer["visible"] is None
-    assert len(answer["npus"]) == 1
-    assert answer["assigned_env"] == {VISIBLE: answer["npus"][0]}
+    assert len(answer["ids"]) == 1
+    assert answer["assigned_env"] == {VISIBLE: answer["ids"][0]}
     assert answer["pg"] == "cpu:gloo,npu:hccl" and answer["imported"] == []
 
 
