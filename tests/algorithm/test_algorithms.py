@@ -1,4 +1,4 @@
-"""Algorithm type descriptions and the package surface."""
+"""Algorithm types: upstream Trinity-RFT 0.5's defaults, spec checks, and the package surface."""
 
 from __future__ import annotations
 
@@ -9,48 +9,81 @@ from pathlib import Path
 import pytest
 
 from trinity import algorithm
-from trinity.algorithm.advantage import ADVANTAGE_FNS
-from trinity.algorithm.aggregation import LOSS_AGGREGATIONS
-from trinity.algorithm.algorithms import ALGORITHMS, AlgorithmSpec
-from trinity.algorithm.kl import KL_FNS
-from trinity.algorithm.policy_loss import POLICY_LOSS_FNS
+from trinity.algorithm.algorithms import AlgorithmSpec, register_algorithm
+from trinity.algorithm.catalog import ALGORITHMS
 from trinity.common.registry import DuplicateNameError, UnknownNameError
 
+# Upstream's AlgorithmType.default_config() over its validator's global defaults (sample_strategy warmup,
+# policy_loss_fn ppo, advantage_fn ppo, kl_penalty_fn none, kl_loss_fn k2, entropy_loss_fn default), and the
+# class attributes use_critic, use_reference, compute_advantage_in_trainer, schema. Our advantage_fn is None
+# (advantage_in "none") where upstream's resolved "ppo" is never computed: sft, dpo, raft.
+# name: (policy loss, advantage, where, kl penalty, kl loss, entropy, sample strategy, critic, reference, schema)
+UPSTREAM = {
+    "sft": ("sft", None, "none", "none", "none", "none", "default", False, False, "sft"),
+    "ppo": ("ppo", "ppo", "trainer", "none", "k2", "default", "default", True, True, "experience"),
+    "grpo": ("ppo", "grpo", "buffer", "none", "k2", "default", "default", False, True, "experience"),
+    "reinforceplusplus": (
+        "ppo", "reinforceplusplus", "trainer", "none", "k2", "default", "default", False, True, "experience"
+    ),
+    "rloo": ("ppo", "rloo", "trainer", "none", "k2", "default", "default", False, True, "experience"),
+    "opmd": ("opmd", "opmd", "buffer", "none", "k2", "default", "default", False, True, "experience"),
+    "asymre": ("opmd", "asymre", "buffer", "none", "none", "none", "default", False, False, "experience"),
+    "dpo": ("dpo", None, "none", "none", "k2", "default", "default", False, True, "dpo"),
+    "topr": ("topr", "reinforce", "buffer", "none", "k2", "default", "default", False, True, "experience"),
+    "cispo": ("cispo", "grpo", "buffer", "none", "k2", "default", "default", False, True, "experience"),
+    "gspo": ("gspo", "grpo", "buffer", "none", "k2", "default", "default", False, True, "experience"),
+    "sapo": ("sapo", "grpo", "buffer", "none", "k2", "default", "default", False, True, "experience"),
+    "mix": ("mix", "grpo", "buffer", "none", "k2", "mix", "mix", False, True, "experience"),
+    "mix_chord": ("mix_chord", "grpo", "buffer", "none", "k2", "mix", "mix", False, True, "experience"),
+    "raft": ("sft", None, "none", "none", "none", "none", "default", False, False, "experience"),
+    "sppo": ("sppo", "opmd", "buffer", "none", "none", "none", "default", False, False, "experience"),
+    "rec": ("rec", "rec", "buffer", "none", "k2", "default", "default", False, True, "experience"),
+    "multi_step_grpo": (
+        "ppo", "step_wise_grpo", "buffer", "none", "k2", "default", "default", False, True, "experience"
+    ),
+    "on_policy_distill": (
+        "ppo", "on_policy_distill", "trainer", "none", "none", "none", "default", False, False, "experience"
+    ),
+    "jsd": ("ppo", "jsd", "trainer", "none", "none", "none", "default", False, False, "experience"),
+    "grpo_verl": ("ppo", "grpo", "trainer", "none", "k2", "default", "default", False, True, "experience"),
+}  # fmt: skip
 
-def test_the_four_algorithm_types_are_registered() -> None:
-    assert ALGORITHMS.names() == ["dpo", "grpo", "ppo", "sft"]
+
+def test_every_upstream_algorithm_type_is_registered() -> None:
+    assert set(ALGORITHMS.names()) == set(UPSTREAM) | {"reinforce_plus_plus"}
 
 
-@pytest.mark.parametrize("name", ["dpo", "grpo", "ppo", "sft"])
-def test_every_name_an_algorithm_refers_to_exists(name: str) -> None:
+@pytest.mark.parametrize("name", sorted(UPSTREAM))
+def test_each_type_has_upstreams_defaults(name: str) -> None:
     spec = ALGORITHMS.get(name)
-    assert spec.name == name
-    assert spec.policy_loss_fn in POLICY_LOSS_FNS
-    assert spec.loss_aggregation in LOSS_AGGREGATIONS
-    assert spec.advantage_fn is None or spec.advantage_fn in ADVANTAGE_FNS
-    assert spec.kl_fn is None or spec.kl_fn in KL_FNS
+    assert isinstance(spec, AlgorithmSpec)
+    actual = (
+        spec.policy_loss_fn, spec.advantage_fn, spec.advantage_in, spec.kl_penalty_fn, spec.kl_loss_fn,
+        spec.entropy_loss_fn, spec.sample_strategy, spec.use_critic, spec.use_reference, spec.schema,
+    )  # fmt: skip
+    assert actual == UPSTREAM[name]
+    assert spec.train_only == (name in ("sft", "dpo"))
 
 
-def test_the_defaults_of_each_type() -> None:
-    grpo, ppo = ALGORITHMS.get("grpo"), ALGORITHMS.get("ppo")
-    sft, dpo = ALGORITHMS.get("sft"), ALGORITHMS.get("dpo")
-    assert (grpo.advantage_fn, grpo.policy_loss_fn, grpo.use_critic, grpo.kl_target) == ("grpo", "ppo", False, "loss")
-    assert grpo.requires_groups and grpo.repeat_times >= 2 and grpo.use_reference
-    assert (ppo.advantage_fn, ppo.policy_loss_fn, ppo.use_critic, ppo.kl_target) == ("gae", "ppo", True, "reward")
-    assert not ppo.requires_groups and ppo.repeat_times == 1
-    assert (sft.advantage_fn, sft.policy_loss_fn, sft.use_reference, sft.kl_target) == (None, "sft", False, "none")
-    assert (dpo.advantage_fn, dpo.policy_loss_fn, dpo.use_reference, dpo.kl_target) == (None, "dpo", True, "none")
-    assert grpo.kl_coef > 0 and ppo.kl_coef > 0 and sft.kl_coef == 0 and dpo.kl_coef == 0
-    assert not sft.uses_rollouts and not dpo.uses_rollouts and grpo.uses_rollouts and ppo.uses_rollouts
+def test_distillation_types_carry_upstreams_advantage_args() -> None:
+    assert dict(ALGORITHMS.get("on_policy_distill").advantage_fn_args) == {"kl_coef": 1.0}
+    assert dict(ALGORITHMS.get("jsd").advantage_fn_args) == {"kl_coef": 1.0, "lambda_coef": 0.5}
+    assert ALGORITHMS.get("grpo").advantage_fn_args is None
+
+
+def test_dpo_requires_a_kl_loss_and_keeps_its_pairs_together() -> None:
+    dpo = ALGORITHMS.get("dpo")
+    assert dpo.kl_loss_required and not dpo.can_balance_batch
+    assert not any(ALGORITHMS.get(name).kl_loss_required for name in UPSTREAM if name != "dpo")
 
 
 def test_specs_are_frozen() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
-        ALGORITHMS.get("grpo").repeat_times = 2  # type: ignore[misc]
+        ALGORITHMS.get("grpo").use_critic = True  # type: ignore[misc]
 
 
 def _spec(**changes: object) -> AlgorithmSpec:
-    base = dataclasses.asdict(ALGORITHMS.get("grpo"))
+    base = {f.name: getattr(ALGORITHMS.get("grpo"), f.name) for f in dataclasses.fields(AlgorithmSpec)}
     base["name"] = "custom"
     base.update(changes)
     return AlgorithmSpec(**base)
@@ -61,39 +94,41 @@ def test_a_spec_naming_an_unknown_function_fails_at_construction() -> None:
         _spec(policy_loss_fn="gsp0")
     with pytest.raises(UnknownNameError, match="did you mean 'rloo'"):
         _spec(advantage_fn="rlo")
+    with pytest.raises(UnknownNameError, match="KL function"):
+        _spec(kl_loss_fn="k7")
+    with pytest.raises(ValueError, match="sample strategy"):
+        _spec(sample_strategy="fifo")
 
 
-@pytest.mark.parametrize(
-    ("changes", "match"),
-    [
-        ({"repeat_times": 1}, "repeat_times >= 2"),
-        ({"use_reference": False}, "use_reference=True"),
-        ({"kl_target": "none"}, "kl_fn must be given exactly"),
-        ({"kl_coef": -0.1}, "kl_coef must be >= 0"),
-    ],
-)
-def test_inconsistent_specs_are_rejected(changes: dict[str, object], match: str) -> None:
-    with pytest.raises(ValueError, match=match):
-        _spec(**changes)
+def test_advantage_place_and_function_go_together() -> None:
+    with pytest.raises(ValueError, match="advantage_in must be 'none' exactly"):
+        _spec(advantage_fn=None)
+    with pytest.raises(ValueError, match="advantage_in must be 'none' exactly"):
+        _spec(advantage_in="none")
 
 
-def test_a_type_cannot_be_registered_twice() -> None:
+def test_a_type_cannot_be_registered_twice_but_a_new_one_can(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ALGORITHMS, "_items", dict(ALGORITHMS._items))  # registrations end with the test
     with pytest.raises(DuplicateNameError):
-        algorithm.register_algorithm(_spec(name="grpo", repeat_times=4))
-    assert ALGORITHMS.get("grpo").repeat_times == 8
+        register_algorithm(_spec(name="grpo"))
+    assert ALGORITHMS.get("grpo").advantage_in == "buffer"
+    custom = register_algorithm(_spec(name="test_only_custom_grpo", policy_loss_fn="cispo"))
+    assert ALGORITHMS.get("test_only_custom_grpo") is custom
 
 
 def test_package_exports_resolve() -> None:
     for name in algorithm.__all__:
         assert getattr(algorithm, name) is not None
+    with pytest.raises(AttributeError):
+        _ = algorithm.no_such_name  # type: ignore[attr-defined]
 
 
 def test_no_device_is_named_in_the_algorithm_code() -> None:
     source_dir = Path(algorithm.__file__).parent
     pattern = re.compile(r"\b(cuda|npu|xpu|mps|hip)\b|\.cuda\(|device=\"|device='", re.IGNORECASE)
     offenders = [
-        f"{path.name}:{number}"
-        for path in sorted(source_dir.glob("*.py"))
+        f"{path.relative_to(source_dir)}:{number}"
+        for path in sorted(source_dir.rglob("*.py"))
         for number, line in enumerate(path.read_text().splitlines(), 1)
         if pattern.search(line)
     ]

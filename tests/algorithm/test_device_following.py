@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 
 from trinity.algorithm import (
+    KL_FNS,
+    LOSS_AGGREGATIONS,
     AdvantageInputs,
     aggregate,
     compute_advantages,
@@ -30,8 +32,8 @@ def test_tensor_functions_follow_the_input_device() -> None:
     values = torch.zeros(2, 3, device=META)
     rewards = torch.zeros(2, device=META)
     results = [
-        *(aggregate(values, mask, mode) for mode in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")),
-        *(compute_kl(values, values, name) for name in ("k1", "k2", "k3", "low_var_kl", "abs")),
+        *(aggregate(values, mask, mode) for mode in LOSS_AGGREGATIONS.names()),
+        *(compute_kl(values, values, name) for name in KL_FNS.names()),
         entropy_from_logits(torch.zeros(2, 3, 5, device=META)),
         token_logprobs(torch.zeros(2, 4, 5, device=META), torch.zeros(2, 4, dtype=torch.long, device=META)),
         token_logprobs(
@@ -44,8 +46,13 @@ def test_tensor_functions_follow_the_input_device() -> None:
         *generalized_advantage_estimation(values, values, mask, 0.9, 0.95),
         masked_whiten(values, mask),
         *compute_advantages(
-            "reinforce_plus_plus", AdvantageInputs(rewards=rewards, response_mask=mask, kl=values), kl_coef=0.1
+            "reinforce_plus_plus", AdvantageInputs(rewards=rewards, response_mask=mask, token_level_rewards=values)
         ),
         *compute_advantages("gae", AdvantageInputs(rewards=rewards, response_mask=mask, values=values)),
+        *compute_advantages("remax", AdvantageInputs(rewards=rewards, response_mask=mask, reward_baselines=rewards)),
+        *compute_advantages(
+            "jsd", AdvantageInputs(rewards=rewards, response_mask=mask, old_logprobs=values, teacher_logprobs=values)
+        ),
+        compute_kl(values, values, "corrected_k3", values),
     ]
     assert [r.device for r in results] == [META] * len(results)

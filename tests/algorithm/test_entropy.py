@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from trinity.algorithm.entropy import entropy_bonus, entropy_from_logits
+from trinity.algorithm.entropy import ENTROPY_LOSS_FNS, entropy_bonus, entropy_from_logits, entropy_loss
 
 # p = [1/4, 3/4]: H = -(1/4 ln 1/4 + 3/4 ln 3/4)
 H_QUARTER = -(0.25 * math.log(0.25) + 0.75 * math.log(0.75))
@@ -67,3 +67,19 @@ def test_bonus_is_coef_times_aggregated_entropy_over_response_tokens() -> None:
     assert metrics["entropy"] == pytest.approx(2.0)
     bonus_seq, _ = entropy_bonus(entropy, mask, coef=1.0, aggregation="seq-mean-token-mean")
     assert bonus_seq.item() == pytest.approx((1.5 + 3.0) / 2)
+
+
+def test_entropy_terms_by_name() -> None:
+    assert ENTROPY_LOSS_FNS.names() == ["default", "mix", "none"]
+    entropy = torch.tensor([[1.0, 2.0], [3.0, 5.0]])
+    mask = torch.ones(2, 2)
+    term, metrics = entropy_loss("default", entropy, mask, entropy_coef=0.1)
+    assert term.item() == pytest.approx(0.1 * 2.75)
+    assert metrics["entropy"] == pytest.approx(2.75)
+    # mix: only non-expert rows count (row 1 is expert data): mean of 1 and 2
+    mixed, metrics = entropy_loss("mix", entropy, mask, entropy_coef=0.1, expert_mask=torch.tensor([False, True]))
+    assert mixed.item() == pytest.approx(0.1 * 1.5)
+    none, metrics = entropy_loss("none", entropy, mask, entropy_coef=0.1)
+    assert none.item() == 0.0 and metrics == {}
+    with pytest.raises(ValueError, match="needs expert_mask"):
+        entropy_loss("mix", entropy, mask, entropy_coef=0.1)

@@ -43,7 +43,10 @@ def grad_of(loss: torch.Tensor, leaf: torch.Tensor) -> torch.Tensor:
 
 
 def test_registry_names() -> None:
-    assert POLICY_LOSS_FNS.names() == ["dpo", "gspo", "ppo", "sft"]
+    assert POLICY_LOSS_FNS.names() == [
+        "cispo", "dpo", "gspo", "importance_sampling", "mix", "mix_chord", "opmd", "ppo", "rec", "sapo", "sft",
+        "sft_is", "sft_phi", "sppo", "topr",
+    ]  # fmt: skip
 
 
 # ---------------------------------------------------------------- PPO
@@ -61,7 +64,7 @@ def test_ppo_clipped_surrogate_hand_values() -> None:
     assert metrics["clip_frac"] == pytest.approx(0.5)
     assert metrics["ratio_mean"] == pytest.approx((1.1 + 1.5 + 0.9 + 0.5) / 4)
     assert metrics["approx_kl"] == pytest.approx(-math.log(1.1 * 1.5 * 0.9 * 0.5) / 4)
-    assert "dual_clip_frac" not in metrics
+    assert metrics["dual_clip_frac"] == 0.0  # the dual clip (3.0, upstream's default) binds nowhere here
 
 
 def test_ppo_gradient_inside_the_clip_range_is_minus_a_times_ratio() -> None:
@@ -116,13 +119,13 @@ def test_ppo_asymmetric_clip_ranges() -> None:
     assert metrics["clip_frac"] == pytest.approx(0.5)
 
 
-def test_ppo_dual_clip_bounds_negative_advantages() -> None:
-    # c = 3, clip 0.2:
+def test_ppo_dual_clip_is_on_by_default_and_bounds_negative_advantages() -> None:
+    # c = 3 (the default), clip 0.2:
     #   A=-1 r=5: max(5, 1.2) = 5 -> min(5, 3) = 3 (dual-clipped)
     #   A=-1 r=2: max(2, 1.2) = 2 < 3, unchanged
     #   A=+1 r=5: max(-5, -1.2) = -1.2; the dual clip never touches A > 0
     inputs, logprobs = ppo_inputs([5.0, 2.0, 5.0], [-1.0, -1.0, 1.0])
-    loss, metrics = compute_policy_loss("ppo", inputs, clip_range=0.2, dual_clip=3.0)
+    loss, metrics = compute_policy_loss("ppo", inputs, clip_range=0.2)
     assert loss.item() == pytest.approx((3.0 + 2.0 - 1.2) / 3)
     assert metrics["dual_clip_frac"] == pytest.approx(1 / 3)
     assert metrics["clip_frac"] == pytest.approx(1 / 3)  # the A > 0 token
@@ -132,8 +135,43 @@ def test_ppo_dual_clip_bounds_negative_advantages() -> None:
 
 def test_ppo_without_dual_clip_keeps_the_large_loss() -> None:
     inputs, _ = ppo_inputs([5.0, 2.0, 5.0], [-1.0, -1.0, 1.0])
-    loss, _ = compute_policy_loss("ppo", inputs, clip_range=0.2)
+    loss, metrics = compute_policy_loss("ppo", inputs, clip_range=0.2, clip_ratio_c=None)
     assert loss.item() == pytest.approx((5.0 + 2.0 - 1.2) / 3)
+    assert "dual_clip_frac" not in metrics
+    wider, _ = compute_policy_loss("ppo", inputs, clip_range=0.2, clip_ratio_c=4.0)
+    assert wider.item() == pytest.approx((4.0 + 2.0 - 1.2) / 3)
+
+
+def test_ppo_sequence_masking_drops_negative_tokens_of_drifted_rows() -> None:
+    # row 0: both ratios e^-0.5 (mean old_logp - logp = 0.5 > 0.1), A = +1, -1; row 1: ratios 1, A = -1, +2
+    logprobs = torch.tensor([[-0.5, -0.5], [0.0, 0.0]], dtype=F64, requires_grad=True)
+    inputs = PolicyLossInputs(
+        logprobs=logprobs,
+        response_mask=torch.ones(2, 2),
+        old_logprobs=torch.zeros(2, 2, dtype=F64),
+        advantages=torch.tensor([[1.0, -1.0], [-1.0, 2.0]], dtype=F64),
+    )
+    # token losses: -e^-0.5 (A > 0, unclipped), 0.8 (A < 0, clipped at 0.8) or 0 when masked, 1, -2
+    plain, _ = compute_policy_loss("ppo", inputs)
+    assert plain.item() == pytest.approx((-math.exp(-0.5) + 0.8 + 1 - 2) / 4)
+    masked, metrics = compute_policy_loss("ppo", inputs, enable_sequence_masking=True)
+    assert masked.item() == pytest.approx(-0.40163266492815836)  # (-e^-0.5 + 0 + 1 - 2) / 4
+    assert metrics["seq_mask/masked_tokens"] == pytest.approx(0.25)
+    assert metrics["seq_mask/mean_sequence_kl"] == pytest.approx(0.25)  # rows: 0.5 and 0
+    loose, _ = compute_policy_loss("ppo", inputs, enable_sequence_masking=True, delta_sequence_masking=0.6)
+    assert loose.item() == pytest.approx(plain.item())
+
+
+def test_ppo_fallback_to_policy_gradient_ignores_old_logprobs() -> None:
+    logprobs = torch.tensor([[-1.0, -2.0]], dtype=F64, requires_grad=True)
+    inputs = PolicyLossInputs(
+        logprobs=logprobs, response_mask=torch.ones(1, 2), advantages=torch.tensor([[1.0, -1.0]], dtype=F64)
+    )
+    loss, metrics = compute_policy_loss("ppo", inputs, fallback_to_policy_gradient=True)
+    # ratio exp(logp - sg(logp)) = 1: loss (-1 + 1) / 2, gradient -A / 2
+    assert loss.item() == pytest.approx(0.0)
+    assert metrics["ratio_mean"] == pytest.approx(1.0)
+    assert_values(grad_of(loss, logprobs), [[-0.5, 0.5]], atol=1e-12)
 
 
 def test_ppo_aggregation_option() -> None:
@@ -145,13 +183,17 @@ def test_ppo_aggregation_option() -> None:
         advantages=torch.tensor([[1.0, 2.0, 3.0], [4.0, 9.0, 9.0]], dtype=F64),
     )
     # ratio 1: token losses -A; row sums -6 and -4
-    loss, _ = compute_policy_loss("ppo", inputs, aggregation="seq-mean-token-sum")
+    loss, _ = compute_policy_loss("ppo", inputs, loss_agg_mode="seq-mean-token-sum")
     assert loss.item() == pytest.approx(-5.0)
 
 
 @pytest.mark.parametrize(
     ("options", "match"),
-    [({"dual_clip": 1.0}, "dual_clip"), ({"clip_range": 1.0}, "lower clip"), ({"clip_range_high": -0.1}, "upper clip")],
+    [
+        ({"clip_ratio_c": 1.0}, "clip_ratio_c"),
+        ({"clip_range": 1.0}, "lower clip"),
+        ({"clip_range_high": -0.1}, "upper clip"),
+    ],
 )
 def test_ppo_rejects_bad_options(options: dict[str, float], match: str) -> None:
     inputs, _ = ppo_inputs([1.0], [1.0])
@@ -230,9 +272,13 @@ def test_sft_is_the_negative_log_likelihood_of_response_tokens() -> None:
     assert metrics["sft_loss"] == pytest.approx(2.0)
     assert_values(grad_of(loss, logprobs), [[-1 / 3, -1 / 3, 0.0], [-1 / 3, 0.0, 0.0]])
     seq, _ = compute_policy_loss(
-        "sft", PolicyLossInputs(logprobs=logprobs, response_mask=mask), aggregation="seq-mean-token-mean"
+        "sft", PolicyLossInputs(logprobs=logprobs, response_mask=mask), loss_agg_mode="seq-mean-token-mean"
     )
     assert seq.item() == pytest.approx((1.5 + 3.0) / 2)
+    # seq-mean-token-sum-norm: the sum 6 over a fixed length (the inputs' agg_normalizer) 4, not over rows
+    fixed = PolicyLossInputs(logprobs=logprobs, response_mask=mask, agg_normalizer=4.0)
+    norm, _ = compute_policy_loss("sft", fixed, loss_agg_mode="seq-mean-token-sum-norm")
+    assert norm.item() == pytest.approx(6.0 / 4.0)
 
 
 # ---------------------------------------------------------------- DPO
@@ -306,6 +352,8 @@ def test_unknown_loss_and_option_are_one_line_with_suggestions() -> None:
     assert "\n" not in str(err.value)
     assert "did you mean 'ppo'" in str(err.value)
     with pytest.raises(UnknownOptionError) as opt:
-        compute_policy_loss("ppo", inputs, clip_ratio=0.2)
+        compute_policy_loss("ppo", inputs, clip_rnage=0.2)
     assert "\n" not in str(opt.value)
     assert "did you mean 'clip_range'" in str(opt.value)
+    with pytest.raises(UnknownOptionError, match="aggregation"):
+        compute_policy_loss("ppo", inputs, aggregation="token-mean")  # upstream's name is loss_agg_mode

@@ -1,28 +1,78 @@
-"""RL algorithms: advantage functions, policy losses, KL estimators, entropy, loss aggregation.
+"""RL algorithms: advantage functions, policy losses, KL estimators, entropy terms, loss aggregation.
 
-Every pluggable piece lives in a :class:`~trinity.common.registry.Registry`
-under the name a config uses: :data:`ADVANTAGE_FNS`, :data:`POLICY_LOSS_FNS`,
-:data:`KL_FNS`, :data:`LOSS_AGGREGATIONS` and :data:`ALGORITHMS`. Everything is
-pure torch and works on whatever device its tensors are on.
+Every pluggable piece lives in a registry under the name a config uses
+(:data:`ADVANTAGE_FNS`, :data:`POLICY_LOSS_FNS`, :data:`KL_FNS`,
+:data:`ENTROPY_LOSS_FNS`, :data:`LOSS_AGGREGATIONS`, :data:`ALGORITHMS`), all
+owned by :mod:`trinity.algorithm.catalog`, which declares the built-ins
+without importing them. Importing this package does not import torch: the
+other names below are imported on first use. Everything numeric is pure torch
+and works on whatever device its tensors are on.
 """
 
-from trinity.algorithm.advantage import ADVANTAGE_FNS, AdvantageInputs, compute_advantages
-from trinity.algorithm.aggregation import LOSS_AGGREGATIONS, aggregate
-from trinity.algorithm.algorithms import ALGORITHMS, AlgorithmSpec, register_algorithm
-from trinity.algorithm.entropy import entropy_bonus, entropy_from_logits
-from trinity.algorithm.kl import KL_FNS, compute_kl, kl_loss, kl_reward_penalty
-from trinity.algorithm.logprobs import token_logprobs
-from trinity.algorithm.masked import masked_mean, masked_sum, masked_whiten
-from trinity.algorithm.options import UnknownOptionError
-from trinity.algorithm.policy_loss import POLICY_LOSS_FNS, PolicyLossInputs, compute_policy_loss, interleave_pairs
-from trinity.algorithm.returns import discounted_returns, generalized_advantage_estimation, outcome_token_rewards
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from trinity.algorithm.catalog import (
+    ADVANTAGE_FNS,
+    ALGORITHMS,
+    ENTROPY_LOSS_FNS,
+    KL_FNS,
+    LOSS_AGGREGATIONS,
+    POLICY_LOSS_FNS,
+)
+from trinity.utils.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from trinity.algorithm.advantage import AdvantageInputs, compute_advantages
+    from trinity.algorithm.aggregation import aggregate
+    from trinity.algorithm.algorithms import AlgorithmSpec, register_algorithm
+    from trinity.algorithm.entropy import entropy_bonus, entropy_from_logits, entropy_loss
+    from trinity.algorithm.group_filter import kept_rows
+    from trinity.algorithm.kl import AdaptiveKLController, compute_kl, kl_loss, kl_reward_penalty
+    from trinity.algorithm.logprobs import token_logprobs
+    from trinity.algorithm.masked import masked_mean, masked_sum, masked_whiten
+    from trinity.algorithm.options import UnknownOptionError
+    from trinity.algorithm.policy_loss import PolicyLossInputs, compute_policy_loss, interleave_pairs
+    from trinity.algorithm.returns import discounted_returns, generalized_advantage_estimation, outcome_token_rewards
+
+_LAZY = {
+    "AdaptiveKLController": "kl",
+    "AdvantageInputs": "advantage",
+    "AlgorithmSpec": "algorithms",
+    "PolicyLossInputs": "policy_loss",
+    "UnknownOptionError": "options",
+    "aggregate": "aggregation",
+    "compute_advantages": "advantage",
+    "compute_kl": "kl",
+    "compute_policy_loss": "policy_loss",
+    "discounted_returns": "returns",
+    "entropy_bonus": "entropy",
+    "entropy_from_logits": "entropy",
+    "entropy_loss": "entropy",
+    "generalized_advantage_estimation": "returns",
+    "interleave_pairs": "policy_loss",
+    "kept_rows": "group_filter",
+    "kl_loss": "kl",
+    "kl_reward_penalty": "kl",
+    "masked_mean": "masked",
+    "masked_sum": "masked",
+    "masked_whiten": "masked",
+    "outcome_token_rewards": "returns",
+    "register_algorithm": "algorithms",
+    "token_logprobs": "logprobs",
+}
+
+__getattr__, _lazy_dir = lazy_exports(__name__, _LAZY)
 
 __all__ = [
     "ADVANTAGE_FNS",
     "ALGORITHMS",
+    "ENTROPY_LOSS_FNS",
     "KL_FNS",
     "LOSS_AGGREGATIONS",
     "POLICY_LOSS_FNS",
+    "AdaptiveKLController",
     "AdvantageInputs",
     "AlgorithmSpec",
     "PolicyLossInputs",
@@ -34,8 +84,10 @@ __all__ = [
     "discounted_returns",
     "entropy_bonus",
     "entropy_from_logits",
+    "entropy_loss",
     "generalized_advantage_estimation",
     "interleave_pairs",
+    "kept_rows",
     "kl_loss",
     "kl_reward_penalty",
     "masked_mean",
@@ -45,3 +97,7 @@ __all__ = [
     "register_algorithm",
     "token_logprobs",
 ]
+
+
+def __dir__() -> list[str]:
+    return sorted(set(__all__) | set(globals()))

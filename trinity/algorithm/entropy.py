@@ -1,11 +1,19 @@
-"""Policy entropy from logits, and the entropy bonus that encourages exploration."""
+"""Policy entropy from logits, and the entropy term of the loss.
+
+The terms (``default``, ``mix``, ``none``) are declared in
+:data:`ENTROPY_LOSS_FNS` and live in :mod:`trinity.algorithm.entropy_terms`.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
-from trinity.algorithm.aggregation import aggregate
-from trinity.algorithm.masked import check_same_shape
+from trinity.algorithm.catalog import ENTROPY_LOSS_FNS
+from trinity.algorithm.options import call_registered
+
+__all__ = ["ENTROPY_LOSS_FNS", "entropy_bonus", "entropy_from_logits", "entropy_loss"]
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
@@ -29,6 +37,21 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     return -(p * finite_log_p).sum(dim=-1)
 
 
+def entropy_loss(
+    name: str, entropy: torch.Tensor, response_mask: torch.Tensor, **options: Any
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Return ``(term, metrics)`` of the entropy term ``name``: the term to *subtract* from the loss.
+
+    ``options`` are the term's keyword arguments (``entropy_coef``,
+    ``loss_agg_mode``, ``expert_mask``, ``normalizer``). Raises
+    UnknownNameError / UnknownOptionError (one line), and whatever the term raises.
+    """
+    result: tuple[torch.Tensor, dict[str, float]] = call_registered(
+        ENTROPY_LOSS_FNS, name, entropy, response_mask, **options
+    )
+    return result
+
+
 def entropy_bonus(
     entropy: torch.Tensor,
     response_mask: torch.Tensor,
@@ -36,12 +59,9 @@ def entropy_bonus(
     coef: float,
     aggregation: str = "token-mean",
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Return ``(coef * aggregated entropy, metrics)``: the bonus to *subtract* from the loss.
+    """Return ``(coef * aggregated entropy, metrics)``: the ``default`` term, to *subtract* from the loss.
 
-    ``entropy`` and ``response_mask`` are ``[B, T-1]`` (``entropy_from_logits(logits[:, :-1])``).
-    Metrics: ``entropy`` (the aggregated entropy before ``coef``). Raises
-    ValueError on mismatched shapes, UnknownNameError for an unknown aggregation.
+    Metrics: ``entropy`` (before ``coef``). Raises ValueError on mismatched
+    shapes, UnknownNameError for an unknown aggregation.
     """
-    check_same_shape(entropy=entropy, response_mask=response_mask)
-    value = aggregate(entropy, response_mask, aggregation)
-    return coef * value, {"entropy": float(value.detach())}
+    return entropy_loss("default", entropy, response_mask, entropy_coef=coef, loss_agg_mode=aggregation)

@@ -58,3 +58,19 @@ def group_log_mean_exp(rewards: torch.Tensor, group_index: torch.Tensor, tau: fl
     peak = scaled.new_zeros(groups).scatter_reduce(0, inverse, scaled, reduce="amax", include_self=False)[inverse]
     sums = scaled.new_zeros(groups).index_add(0, inverse, (scaled - peak).exp())[inverse]
     return tau * (peak + sums.log() - stats.size.log())
+
+
+def group_inverse(index: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Return ``(inverse, count)``: each row's group as 0..count-1 (in order of first sorted id) and the group count."""
+    _, inverse = torch.unique(index, return_inverse=True)
+    return inverse, int(inverse.max()) + 1 if inverse.numel() else 0
+
+
+def rank_in_group(values: torch.Tensor, group_index: torch.Tensor) -> torch.Tensor:
+    """Return [B] each row's rank (0 = smallest value) among the rows of its group; ties go by row order."""
+    same = group_index.unsqueeze(0) == group_index.unsqueeze(1)
+    order = torch.arange(values.shape[0], device=values.device)
+    smaller = (values.unsqueeze(0) < values.unsqueeze(1)) | (
+        (values.unsqueeze(0) == values.unsqueeze(1)) & (order.unsqueeze(0) < order.unsqueeze(1))
+    )
+    return (same & smaller).sum(dim=1)

@@ -46,18 +46,29 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None
     return masked_sum(values, mask, dim) / count.clamp(min=1)
 
 
-def masked_var(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Return the population variance (divided by n, not n-1) of the kept values; 0 when at most one is kept."""
-    mean = masked_mean(values, mask)
-    return masked_mean((values - mean) ** 2, mask)
+def masked_var(values: torch.Tensor, mask: torch.Tensor, *, unbiased: bool = False) -> torch.Tensor:
+    """Return the variance of the kept values; 0 when at most one is kept.
 
-
-def masked_whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    """Return ``(values - mean) / sqrt(var + eps)`` over the kept positions, 0 at masked positions.
-
-    Mean and population variance are taken over every kept position of the whole tensor.
+    Population variance (divided by n) by default; ``unbiased=True`` divides by
+    n - 1 (Bessel's correction, as upstream Trinity-RFT's whitening does).
     """
     mean = masked_mean(values, mask)
-    var = masked_var(values, mask)
+    variance = masked_mean((values - mean) ** 2, mask)
+    if unbiased:
+        count = masked_count(mask).to(values.dtype)
+        variance = variance * count / (count - 1).clamp(min=1)
+    return variance
+
+
+def masked_whiten(
+    values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8, *, unbiased: bool = False
+) -> torch.Tensor:
+    """Return ``(values - mean) / sqrt(var + eps)`` over the kept positions, 0 at masked positions.
+
+    Mean and variance (see :func:`masked_var` for ``unbiased``) are taken over
+    every kept position of the whole tensor.
+    """
+    mean = masked_mean(values, mask)
+    var = masked_var(values, mask, unbiased=unbiased)
     whitened = (values - mean) * torch.rsqrt(var + eps)
     return torch.where(as_mask(mask), whitened, torch.zeros((), dtype=values.dtype, device=values.device))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from trinity.common.registry import Registry
@@ -28,14 +28,22 @@ def option_names(fn: Callable[..., Any]) -> list[str]:
     return sorted(p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY)
 
 
-def check_options(kind: str, name: str, fn: Callable[..., Any], options: dict[str, Any]) -> None:
+def check_options(kind: str, name: str, fn: Callable[..., Any], options: Mapping[str, Any]) -> None:
     """Raise :class:`UnknownOptionError` (one line, with a suggestion) if ``options`` has a name ``fn`` lacks."""
-    known = option_names(fn)
+    check_option_names(kind, name, option_names(fn), options)
+
+
+def check_option_names(kind: str, name: str, known: Iterable[str], options: Mapping[str, Any]) -> None:
+    """Raise :class:`UnknownOptionError` (one line, with a suggestion) if ``options`` has a name not in ``known``.
+
+    This is the light variant of :func:`check_options`, for names known without importing the function.
+    """
+    names = sorted(known)
     for key in options:
-        if key not in known:
-            close = difflib.get_close_matches(key, known, n=1)
+        if key not in names:
+            close = difflib.get_close_matches(key, names, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
-            listing = ", ".join(known) if known else "none"
+            listing = ", ".join(names) if names else "none"
             raise UnknownOptionError(f"{kind} {name!r} has no option {key!r}{hint} (options: {listing})")
 
 

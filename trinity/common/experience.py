@@ -19,6 +19,9 @@ from typing import Any
 
 import torch
 
+#: Placeholder for a Batch field its constructor was not given (filled in ``__post_init__``).
+_UNSET = torch.empty(0)
+
 
 @dataclass
 class Experience:
@@ -48,6 +51,10 @@ class Experience:
     rejected_tokens: torch.Tensor | None = None
     #: Workflow metrics and anything else worth logging (JSON-serialisable values).
     info: dict[str, Any] = field(default_factory=dict)
+    #: A teacher model's log-prob of each response token (1-D float, response length), for on-policy distillation.
+    teacher_logprobs: torch.Tensor | None = None
+    #: Whether this is expert (SFT) data mixed into a rollout batch (the ``mix`` algorithms).
+    is_expert: bool = False
 
     def __post_init__(self) -> None:
         self.tokens = torch.as_tensor(self.tokens, dtype=torch.long)
@@ -57,7 +64,7 @@ class Experience:
         if self.action_mask is None:
             self.action_mask = torch.ones(n, dtype=torch.bool)
         self.action_mask = torch.as_tensor(self.action_mask, dtype=torch.bool)
-        for name in ("logprobs", "advantages", "returns", "action_mask"):
+        for name in ("logprobs", "advantages", "returns", "action_mask", "teacher_logprobs"):
             value = getattr(self, name)
             if value is not None:
                 value = torch.as_tensor(value, dtype=torch.bool if name == "action_mask" else torch.float32)
@@ -112,6 +119,22 @@ class Batch:
     rewards: torch.Tensor
     #: [B] group index per row (rows of one group share it).
     group_index: torch.Tensor
+    #: [B, T-1] teacher log-probs at response positions, 0 elsewhere and for rows without them.
+    teacher_logprobs: torch.Tensor = field(default_factory=lambda: _UNSET)
+    #: [B] True for expert (SFT) rows.
+    expert_mask: torch.Tensor = field(default_factory=lambda: _UNSET)
+    #: [B] episode index per row: rows of one group with the same ``run_id`` (the steps of one episode) share it.
+    run_index: torch.Tensor = field(default_factory=lambda: _UNSET)
+
+    def __post_init__(self) -> None:
+        rows = self.input_ids.shape[0]
+        device = self.input_ids.device
+        if self.teacher_logprobs is _UNSET:
+            self.teacher_logprobs = torch.zeros_like(self.old_logprobs)
+        if self.expert_mask is _UNSET:
+            self.expert_mask = torch.zeros(rows, dtype=torch.bool, device=device)
+        if self.run_index is _UNSET:
+            self.run_index = torch.arange(rows, device=device)
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
@@ -131,8 +154,12 @@ def make_batch(experiences: Sequence[Experience], pad_token_id: int) -> Batch:
     attention_mask = torch.zeros((rows, width), dtype=torch.long)
     aligned = {name: torch.zeros((rows, width - 1), dtype=torch.float32)
                for name in ("response_mask", "old_logprobs", "advantages", "returns")}
+    aligned["teacher_logprobs"] = torch.zeros((rows, width - 1), dtype=torch.float32)
     groups: dict[str, int] = {}
+    runs: dict[tuple[str, int], int] = {}
     group_index = torch.zeros(rows, dtype=torch.long)
+    run_index = torch.zeros(rows, dtype=torch.long)
+    expert_mask = torch.zeros(rows, dtype=torch.bool)
     rewards = torch.zeros(rows, dtype=torch.float32)
     for i, exp in enumerate(experiences):
         length = len(exp.tokens)
@@ -141,10 +168,14 @@ def make_batch(experiences: Sequence[Experience], pad_token_id: int) -> Batch:
         start, stop = exp.prompt_length - 1, length - 1
         assert exp.action_mask is not None
         aligned["response_mask"][i, start:stop] = exp.action_mask.float()
-        for name, value in (("old_logprobs", exp.logprobs), ("advantages", exp.advantages), ("returns", exp.returns)):
+        for name, value in (("old_logprobs", exp.logprobs), ("advantages", exp.advantages), ("returns", exp.returns),
+                            ("teacher_logprobs", exp.teacher_logprobs)):
             if value is not None:
                 aligned[name][i, start:stop] = value
         rewards[i] = 0.0 if exp.reward is None else float(exp.reward)
-        group_index[i] = groups.setdefault(exp.group_id or f"row-{i}", len(groups))
+        group = exp.group_id or f"row-{i}"
+        group_index[i] = groups.setdefault(group, len(groups))
+        run_index[i] = runs.setdefault((group, exp.run_id), len(runs))
+        expert_mask[i] = exp.is_expert
     return Batch(input_ids=input_ids, attention_mask=attention_mask, rewards=rewards, group_index=group_index,
-                 **aligned)
+                 run_index=run_index, expert_mask=expert_mask, **aligned)
