@@ -11,6 +11,18 @@ class TaskFileError(TrinityBufferError, ValueError):
     """A task set cannot be read: missing file, unsupported format, malformed line, missing key."""
 
 
+class DatasetError(TrinityBufferError, ValueError):
+    """A data set cannot be read: missing path, split or subset, empty, malformed or unreachable."""
+
+
+class FormatError(TrinityBufferError, ValueError):
+    """A record does not fit its data set's format: missing key, malformed messages, unusable chat template."""
+
+
+class ChatTemplateError(TrinityBufferError, ValueError):
+    """A conversation cannot be rendered, or its assistant turns cannot be found, with the chat template."""
+
+
 class TaskPositionError(TrinityBufferError, ValueError):
     """A saved task position does not fit the task set it is restored into."""
 
