@@ -3,7 +3,7 @@
 :class:`EngineClient` wraps an engine (an ``HFEngine``/``vllm`` Ray actor
 handle, or any in-process object with the engine methods) and offers plain
 blocking methods: ``chat``, ``generate``, ``generate_tokens``,
-``model_version`` and a local ``tokenizer``. The scheduler hands workflows a
+``model_version``, ``score_tokens`` and a local ``tokenizer``. The scheduler hands workflows a
 client bound to the attempt's deadline: a call that would outlive it raises
 :class:`TaskTimeoutError` (the Ray call is cancelled), and a call made after
 the attempt was abandoned raises :class:`TaskCancelledError`.
@@ -17,6 +17,8 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
+
+import torch
 
 from trinity.common.models.engine import Completion, SamplingParams
 
@@ -41,6 +43,10 @@ class RolloutModel(Protocol):
     def generate_tokens(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]: ...
 
     def model_version(self) -> int: ...
+
+    def score_tokens(
+        self, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], temperature: float = 1.0
+    ) -> list[torch.Tensor]: ...
 
     @property
     def tokenizer(self) -> Any: ...
@@ -137,6 +143,23 @@ class EngineClient:
     def model_version(self) -> int:
         """Return the engine's weights version."""
         return int(self.call("model_version"))
+
+    def score_tokens(
+        self, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], temperature: float = 1.0
+    ) -> list[torch.Tensor]:
+        """Return the engine's log-prob of each response token given its prompt (``HFEngine.score_tokens``).
+
+        Raises NotImplementedError when the engine cannot score (the ``vllm``
+        engine does not yet).
+        """
+        if not hasattr(self.engine, "score_tokens"):
+            raise NotImplementedError(
+                f"engine {self.index} ({type(self.engine).__name__}) cannot score tokens; only the hf engine can "
+                "(set engine_type: hf for this model)"
+            )
+        return self.call(  # type: ignore[no-any-return]
+            "score_tokens", [list(p) for p in prompts], [list(r) for r in responses], float(temperature)
+        )
 
     @property
     def tokenizer(self) -> Any:

@@ -1,44 +1,121 @@
 """The reward-function registry and how workflows combine reward functions.
 
 A reward function takes the response text and the task's reference answer
-(plus optional keyword context such as ``prompt``) and returns a float,
-usually in ``[0, 1]``. Functions are registered by name in :data:`REWARD_FNS`
-and named in configs (``reward_fn: math_accuracy``).
+(plus keyword context such as ``prompt`` or ``response_length``, the number
+of response tokens) and returns a float, usually in ``[0, 1]``, or, like
+upstream Trinity-RFT's reward classes, a mapping of named parts
+(``{"accuracy": 1.0, "format_score": -0.1}``) whose sum is the reward.
+Functions are registered by name in :data:`REWARD_FNS` and named in configs
+(``reward_fn: math_accuracy``).
+
+*Options* are a function's keyword-only parameters; a task set sets them
+with ``reward_fn_args`` (``{penalty_factor: 1.0}``) and
+:func:`compute_reward` passes them on, refusing a name no function takes.
+Context keys a function does not name land in its ``**context`` and are
+ignored.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import inspect
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from trinity.common.registry import Registry
+
+#: What a reward function returns: the reward, or named parts summed into it.
+RewardValue = float | Mapping[str, float]
 
 
 class RewardFn(Protocol):
     """What a registered reward function looks like."""
 
-    def __call__(self, response: str, answer: Any, **context: Any) -> float:
+    def __call__(self, response: str, answer: Any, **context: Any) -> RewardValue:
         """Return the reward of ``response`` for a task whose reference answer is ``answer``."""
         ...
+
+
+class RewardOptionError(ValueError):
+    """A reward function was given an option it does not take, or a bad option value."""
 
 
 #: Reward functions by config name.
 REWARD_FNS: Registry[RewardFn] = Registry("reward function")
 
 
+def reward_options(fn: Callable[..., Any]) -> tuple[str, ...]:
+    """Return the option names of reward function ``fn``: its keyword-only parameters, in order."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a builtin or an odd callable: no declared options
+        return ()
+    return tuple(p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY)
+
+
+def _names(spec: str | Mapping[str, float]) -> dict[str, float]:
+    return {spec: 1.0} if isinstance(spec, str) else dict(spec)
+
+
+def split_options(
+    spec: str | Mapping[str, float], options: Mapping[str, Any] | None
+) -> dict[str, dict[str, Any]]:
+    """Return ``{name: the options it takes}`` for the functions of ``spec``.
+
+    Raises :class:`RewardOptionError` for an option no function of ``spec``
+    takes, and UnknownNameError for an unknown function name.
+    """
+    per_fn: dict[str, dict[str, Any]] = {}
+    known: set[str] = set()
+    for name in _names(spec):
+        takes = reward_options(REWARD_FNS.get(name))
+        known.update(takes)
+        per_fn[name] = {k: v for k, v in (options or {}).items() if k in takes}
+    unknown = sorted(set(options or {}) - known)
+    if unknown:
+        names = ", ".join(repr(n) for n in _names(spec))
+        raise RewardOptionError(
+            f"reward function {names} takes no option {', '.join(repr(u) for u in unknown)} "
+            f"(its options: {', '.join(sorted(known)) or 'none'}); fix the task set's reward_fn_args"
+        )
+    return per_fn
+
+
+def check_reward_options(spec: str | Mapping[str, float], options: Mapping[str, Any] | None) -> None:
+    """Raise :class:`RewardOptionError` when ``options`` holds a name no function of ``spec`` takes."""
+    split_options(spec, options)
+
+
+def _value_of(name: str, result: Any) -> tuple[float, dict[str, float]]:
+    """Return the reward of one function's ``result`` and its named parts (``name/part``)."""
+    if isinstance(result, Mapping):
+        parts = {f"{name}/{k}": float(v) for k, v in result.items()}
+        return sum(parts.values()), parts
+    return float(result), {}
+
+
 def compute_reward(
-    spec: str | Mapping[str, float], response: str, answer: Any, **context: Any
+    spec: str | Mapping[str, float],
+    response: str,
+    answer: Any,
+    *,
+    options: Mapping[str, Any] | None = None,
+    **context: Any,
 ) -> tuple[float, dict[str, float]]:
     """Return the total reward and its parts for ``spec``: one name, or ``{name: weight}`` summed with weights.
 
-    The parts are the unweighted values by name. Raises
-    :class:`~trinity.common.registry.UnknownNameError` for an unknown name.
+    ``options`` (a task set's ``reward_fn_args``) go to the functions that
+    take them (they win over ``context`` keys of the same name). The parts
+    are the unweighted values by name; a function returning named parts adds
+    them as ``name/part`` too. Raises UnknownNameError for an unknown name,
+    :class:`RewardOptionError` for an option no function takes or a bad value.
     """
-    weights = {spec: 1.0} if isinstance(spec, str) else dict(spec)
+    per_fn = split_options(spec, options)
     parts: dict[str, float] = {}
     total = 0.0
-    for name, weight in weights.items():
-        value = float(REWARD_FNS.get(name)(response, answer, **context))
+    for name, weight in _names(spec).items():
+        result = REWARD_FNS.get(name)(response, answer, **{**context, **per_fn[name]})
+        value, named = _value_of(name, result)
         parts[name] = value
+        parts.update(named)
         total += weight * value
     return total, parts

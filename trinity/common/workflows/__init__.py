@@ -1,41 +1,49 @@
 """Workflows: how a task becomes experiences. Registered by name in :data:`WORKFLOWS`.
 
 Built in: ``math`` (answer checking), ``toy_repeat`` (a task a tiny model
-learns on a CPU), ``guess_number`` (multi-turn example). Importing this
-package registers them (and the reward functions).
+learns on a CPU), ``guess_number`` (multi-turn example), and upstream
+Trinity-RFT's ``simple_workflow``, ``math_workflow``, ``math_boxed_workflow``,
+``math_eval_workflow``, ``tool_call_workflow``, ``frozen_lake_workflow``,
+``sudoku_workflow``, ``on_policy_distill[_math]_workflow``; see
+:mod:`trinity.common.workflows.catalog`. Names are imported on first use, so
+checking a config's workflow names imports neither torch nor transformers.
 """
 
-from trinity.common.workflows.base import (
-    WORKFLOWS,
-    Task,
-    Workflow,
-    WorkflowError,
-    experience_from_completion,
-    make_workflow,
-    sampling_from_model,
-)
-from trinity.common.workflows.guess_number import GuessNumberEnv, GuessNumberWorkflow
-from trinity.common.workflows.math import MathWorkflow
-from trinity.common.workflows.multi_turn import Environment, EnvStep, MultiTurnWorkflow, env_token_ids
-from trinity.common.workflows.toy import ToyRepeatWorkflow, toy_tasks, write_quickstart_tasks, write_toy_tasks
+from trinity.common.workflows.catalog import WORKFLOWS
+from trinity.utils.lazy import lazy_exports
 
-__all__ = [
-    "WORKFLOWS",
-    "EnvStep",
-    "Environment",
-    "GuessNumberEnv",
-    "GuessNumberWorkflow",
-    "MathWorkflow",
-    "MultiTurnWorkflow",
-    "Task",
-    "ToyRepeatWorkflow",
-    "Workflow",
-    "WorkflowError",
-    "env_token_ids",
-    "experience_from_completion",
-    "make_workflow",
-    "sampling_from_model",
-    "toy_tasks",
-    "write_quickstart_tasks",
-    "write_toy_tasks",
-]
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "Task": "base",
+    "Workflow": "base",
+    "WorkflowError": "base",
+    "experience_from_completion": "base",
+    "make_workflow": "base",
+    "sampling_from_model": "base",
+    "GuessNumberEnv": "guess_number",
+    "GuessNumberWorkflow": "guess_number",
+    "MathWorkflow": "math",
+    "Environment": "multi_turn",
+    "EnvStep": "multi_turn",
+    "MultiTurnWorkflow": "multi_turn",
+    "env_token_ids": "multi_turn",
+    "ToyRepeatWorkflow": "toy",
+    "toy_tasks": "toy",
+    "write_quickstart_tasks": "toy",
+    "write_toy_tasks": "toy",
+    "SingleTurnWorkflow": "single_turn",
+    "SimpleWorkflow": "simple",
+    "R1MathWorkflow": "simple",
+    "MathBoxedWorkflow": "math_boxed",
+    "MathEvalWorkflow": "math_eval",
+    "ToolCallWorkflow": "tool_call",
+    "FrozenLakeEnv": "frozen_lake",
+    "FrozenLakeWorkflow": "frozen_lake",
+    "FrozenLakeGame": "frozen_lake_game",
+    "SudokuWorkflow": "sudoku",
+    "OnPolicyDistillWorkflow": "distill",
+    "OnPolicyDistillMathWorkflow": "distill",
+    "UNAVAILABLE": "catalog",
+    "unavailable_reason": "catalog",
+})
+
+__all__ = ["WORKFLOWS"]

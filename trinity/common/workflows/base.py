@@ -22,11 +22,13 @@ from typing import Any
 
 import torch
 
-from trinity.common.config.schema import ModelConfig, TaskSetConfig
+from trinity.common.config.plan.data import TasksetPlan
+from trinity.common.config.plan.model import ModelPlan
+from trinity.common.config.schema import FormatConfig
 from trinity.common.experience import Experience
 from trinity.common.models.client import RolloutModel
 from trinity.common.models.engine import Completion, SamplingParams
-from trinity.common.registry import Registry
+from trinity.common.workflows.catalog import WORKFLOWS
 
 #: SamplingParams fields a task (or task set) may override.
 SAMPLING_FIELDS = frozenset(f.name for f in dataclasses.fields(SamplingParams)) - {"n"}
@@ -60,12 +62,22 @@ class Task:
     reward_fn: str = ""
     #: Extra keyword arguments of the workflow.
     workflow_args: dict[str, Any] = field(default_factory=dict)
+    #: Extra keyword arguments of the reward function.
+    reward_fn_args: dict[str, Any] = field(default_factory=dict)
+    #: The task set's record layout (keys, chat template, ...); None: defaults.
+    format: FormatConfig | None = None
+    #: The record's system prompt (the format's ``system_prompt_key`` or ``system_prompt``); None: the workflow's.
+    system_prompt: str | None = None
+    #: Text the assistant's reply starts with (the format's ``reply_prefix``), or None.
+    reply_prefix: str | None = None
     #: Overrides of :class:`SamplingParams` fields (``temperature``, ``max_tokens``, ...).
     sampling: dict[str, Any] = field(default_factory=dict)
     #: Name of the task set (``train``, ``eval/gsm8k``).
     task_set: str = "train"
     #: Whether this is an evaluation task (no training on it).
     is_eval: bool = False
+    #: Added to the run ids of its experiences: the first repeat it covers when a task's repeats are split.
+    run_id_offset: int = 0
 
     def __post_init__(self) -> None:
         if self.repeat_times < 1:
@@ -83,22 +95,20 @@ class Task:
     def from_record(
         cls,
         record: Mapping[str, Any],
-        task_set: TaskSetConfig,
+        task_set: TasksetPlan,
         *,
         repeat_times: int | None = None,
         epoch: int = 0,
         step: int = 0,
-        is_eval: bool = False,
     ) -> Task:
-        """Build a task from a task-set record (``trinity.buffer.task_files.TaskRecord``: prompt, answer, raw, index).
+        """Build a task from a task-set record (``trinity.buffer.task_files.TaskRecord``: formatted fields).
 
-        ``repeat_times`` defaults to the task set's (training passes
-        ``algorithm.repeat_times``); the task set's ``temperature`` becomes a
-        sampling override.
+        The record's own ``workflow`` / ``reward_fn`` (from the format's
+        ``workflow_key`` / ``reward_fn_key``) win over the task set's;
+        ``repeat_times`` defaults to the task set's; its sampling becomes the
+        task's sampling overrides.
         """
-        sampling: dict[str, Any] = {}
-        if task_set.temperature is not None:
-            sampling["temperature"] = task_set.temperature
+        sampling = {k: v for k, v in task_set.sampling.items() if k in SAMPLING_FIELDS and v is not None}
         return cls(
             prompt=record["prompt"],
             answer=record.get("answer"),
@@ -107,23 +117,22 @@ class Task:
             epoch=epoch,
             step=step,
             repeat_times=repeat_times if repeat_times is not None else task_set.repeat_times,
-            workflow=task_set.workflow,
-            reward_fn=task_set.reward_fn,
+            workflow=str(record.get("workflow") or task_set.workflow),
+            reward_fn=str(record.get("reward_fn") or task_set.reward_fn or ""),
             workflow_args=dict(task_set.workflow_args),
+            reward_fn_args=dict(task_set.reward_fn_args),
+            format=task_set.format,
+            system_prompt=record.get("system_prompt"),
+            reply_prefix=record.get("reply_prefix"),
             sampling=sampling,
             task_set=task_set.name,
-            is_eval=is_eval,
+            is_eval=task_set.is_eval,
         )
 
 
-def sampling_from_model(model: ModelConfig) -> SamplingParams:
-    """Return the default rollout sampling settings of a ``ModelConfig``."""
-    return SamplingParams(
-        temperature=model.temperature,
-        top_p=model.top_p,
-        top_k=model.top_k,
-        max_tokens=model.max_response_tokens,
-    )
+def sampling_from_model(model: ModelPlan) -> SamplingParams:
+    """Return the default rollout sampling of a run's model (its task sets override it per task)."""
+    return SamplingParams(max_tokens=model.max_response_tokens)
 
 
 class Workflow:
@@ -138,6 +147,10 @@ class Workflow:
 
     def __init__(self, sampling: SamplingParams | None = None) -> None:
         self.sampling = sampling or SamplingParams()
+        #: The run's auxiliary models (``explorer.auxiliary_models``, in config order), set before :meth:`run`.
+        self.auxiliary_models: list[RolloutModel] = []
+        #: The same, by their ``name``.
+        self.auxiliary: dict[str, RolloutModel] = {}
 
     def sampling_for(self, task: Task, **overrides: Any) -> SamplingParams:
         """Return the sampling of ``task``: defaults, then the task's overrides, ``n = repeat_times``, ``overrides``."""
@@ -178,15 +191,14 @@ def experience_from_completion(
     )
 
 
-#: Workflows by config name.
-WORKFLOWS: Registry[type[Workflow]] = Registry("workflow")
 
 
 def make_workflow(name: str, sampling: SamplingParams | None = None, args: Mapping[str, Any] | None = None) -> Workflow:
     """Return workflow ``name`` built with ``args``; raises UnknownNameError or WorkflowError (bad arguments)."""
     cls = WORKFLOWS.get(name)
     try:
-        return cls(sampling, **dict(args or {}))
+        workflow: Workflow = cls(sampling, **dict(args or {}))
+        return workflow
     except TypeError as exc:
         raise WorkflowError(f"workflow {name!r}: bad workflow_args {dict(args or {})!r} ({exc})") from None
 

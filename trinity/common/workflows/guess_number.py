@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 from trinity.common.models.engine import SamplingParams
-from trinity.common.workflows.base import WORKFLOWS, Task, WorkflowError
+from trinity.common.workflows.base import Task, WorkflowError
 from trinity.common.workflows.multi_turn import Environment, EnvStep, MultiTurnWorkflow
 
 _INT_RE = re.compile(r"-?\d+")
@@ -60,7 +60,6 @@ class GuessNumberEnv(Environment):
         return {"secret": self.secret, "guesses": self.guesses, "solved": self.solved}
 
 
-@WORKFLOWS.register("guess_number")
 class GuessNumberWorkflow(MultiTurnWorkflow):
     """Guess the task's answer (an integer) with higher/lower hints; workflow args ``low``, ``high``, ``max_turns``."""
 

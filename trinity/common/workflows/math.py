@@ -8,14 +8,13 @@ from trinity.common.experience import Experience
 from trinity.common.models.client import RolloutModel
 from trinity.common.models.engine import SamplingParams
 from trinity.common.rewards import compute_reward
-from trinity.common.workflows.base import WORKFLOWS, Task, Workflow, WorkflowError, experience_from_completion
+from trinity.common.workflows.base import Task, Workflow, WorkflowError, experience_from_completion
 
 DEFAULT_SYSTEM_PROMPT = (
     "Solve the problem step by step. Put the final answer in \\boxed{} or end with 'The answer is X'."
 )
 
 
-@WORKFLOWS.register("math")
 class MathWorkflow(Workflow):
     """Question in, ``repeat_times`` completions out, rewarded by the reward function (``math_accuracy``).
 

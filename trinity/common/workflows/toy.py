@@ -30,7 +30,7 @@ from typing import Any
 from trinity.common.experience import Experience
 from trinity.common.models.client import RolloutModel
 from trinity.common.rewards import compute_reward
-from trinity.common.workflows.base import WORKFLOWS, Task, Workflow, WorkflowError, experience_from_completion
+from trinity.common.workflows.base import Task, Workflow, WorkflowError, experience_from_completion
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +73,6 @@ def write_quickstart_tasks(folder: str | Path) -> tuple[Path, Path]:
     )
 
 
-@WORKFLOWS.register("toy_repeat")
 class ToyRepeatWorkflow(Workflow):
     """Chat "Repeat the letter X." and reward each of ``repeat_times`` answers with ``toy_repeat``."""
 
