@@ -27,7 +27,7 @@ or hang does not stop the rest):
    selected; ``trinity backends check cuda --json`` (the doctor) summarised.
 2. ``conformance``: the core's conformance kit (``BackendConformance``) against
    the real CUDA backend, no doubles (``scripts/gpu_conformance_test.py``).
-3. ``fsdp-trainer``: the FSDP2 trainer, in-process (``trainer_num: 1``), two
+3. ``fsdp-trainer``: the FSDP2 trainer, in-process (one rank, ``mode: train``), two
    GRPO steps on a tiny model built offline; loss, step time, parameter device.
 4. ``hf-engine``: ``HFEngine`` on the GPU: a batch of 16 prompts, tokens/s,
    model device, finite log-probs.
@@ -195,7 +195,7 @@ def _selected_backend(ctx: Context) -> str:
 
 def _tiny_model(ctx: Context) -> Path:
     """Build (once; atomically) the tiny model of TINY_SPEC under the work folder and return its path."""
-    from trinity.common.config.schema import TinyModelConfig
+    from trinity.common.config import TinyModelConfig
     from trinity.common.models.tiny import build_tiny_model
 
     return build_tiny_model(ctx.workdir / "tiny-model", TinyModelConfig(**TINY_SPEC))
@@ -348,28 +348,40 @@ def _experiences(groups: int, group_size: int, vocab: int, seed: int) -> list[An
 
 
 def check_fsdp_trainer(ctx: Context) -> list[Row]:
-    """FSDPTrainer (FSDP2, in-process, trainer_num 1) runs two GRPO steps on the GPU; loss, step time, devices."""
+    """FSDPTrainer (FSDP2, in-process, one rank) runs two GRPO steps on the GPU; loss, step time, devices."""
     import torch
 
-    from trinity.common.config.schema import Config
+    from trinity.buffer import pipeline_for_plan
+    from trinity.common.config import parse_config
+    from trinity.common.config.plan.run import resolve_run
     from trinity.common.models.checksum import state_dict_checksum
     from trinity.trainer.trainer import FSDPTrainer
 
     _selected_backend(ctx)
     model = _tiny_model(ctx)
-    config = Config()
-    config.model.model_path = str(model)
-    config.checkpoint_root_dir = str(ctx.workdir / "checkpoints")
-    config.algorithm.algorithm_type = "grpo"
-    config.algorithm.kl_coef = 0.01  # exercises the reference model too
-    config.algorithm.optimizer.lr = 1e-3
-    config.trainer.trainer_num = 1
-    config.trainer.micro_batch_size = 8
-    config.trainer.use_torch_compile = False  # inductor costs ~20 s per start; compile support is in `backends`
-    config.trainer.save_interval = 0
+    # upstream Trinity-RFT's schema; mode train: the trainer alone, one rank on one device
+    plan = resolve_run(parse_config({
+        "mode": "train",
+        "project": "gpu-check",
+        "name": "fsdp-trainer",
+        "checkpoint_root_dir": str(ctx.workdir / "checkpoints"),
+        "model": {"model_path": str(model), "max_prompt_tokens": 256, "max_response_tokens": 64},
+        "cluster": {"node_num": 1, "gpu_per_node": 1},
+        "algorithm": {"algorithm_type": "grpo", "repeat_times": 4, "optimizer": {"lr": 1e-3},
+                      # a KL loss exercises the reference model too
+                      "kl_loss_fn": "k2", "kl_loss_fn_args": {"kl_coef": 0.01}},
+        "explorer": {"rollout_model": {"dtype": "float32"}},
+        "trainer": {"save_interval": 0, "use_dynamic_bsz": False,
+                    # inductor costs ~20 s per start; compile support is in `backends`
+                    "use_torch_compile": False,
+                    "trainer_config": {"actor_rollout_ref": {"actor": {"ppo_micro_batch_size_per_gpu": 8}}}},
+        "monitor": {"monitor_type": "none"},
+    }))
+    if not plan.algorithm.use_reference:
+        raise CheckFailed("the check's config no longer uses a reference model; fix the KL settings")
 
     started = time.monotonic()
-    trainer = FSDPTrainer(config, in_process=True)
+    trainer = FSDPTrainer(plan, in_process=True, use_torch_compile=False)
     setup_s = time.monotonic() - started
     try:
         info = trainer.rank_info[0]
@@ -381,9 +393,10 @@ def check_fsdp_trainer(ctx: Context) -> list[Row]:
         if ctx.expected_device != "cpu":
             torch.cuda.reset_peak_memory_stats()
         before = state_dict_checksum(trainer.full_state_dict())
-        experiences = _experiences(groups=4, group_size=4, vocab=300, seed=0)
-        first = trainer.train_step(experiences)
-        second = trainer.train_step(_experiences(groups=4, group_size=4, vocab=300, seed=1))
+        # GRPO's group advantages are computed in the buffer's pipeline, as in a run
+        pipeline = pipeline_for_plan(plan, pad_token_id=trainer.pad_token_id)
+        first = trainer.train_step(pipeline.process(_experiences(groups=4, group_size=4, vocab=300, seed=0)))
+        second = trainer.train_step(pipeline.process(_experiences(groups=4, group_size=4, vocab=300, seed=1)))
         after = state_dict_checksum(trainer.full_state_dict())
         peak = torch.cuda.max_memory_allocated() / 2**20 if ctx.expected_device != "cpu" else 0.0
     finally:
@@ -395,6 +408,8 @@ def check_fsdp_trainer(ctx: Context) -> list[Row]:
         if not math.isfinite(step["loss"]) or not math.isfinite(step["grad_norm"]):
             problems.append(f"non-finite loss/grad_norm at step {int(step['step'])}: {step['loss']}, "
                             f"{step['grad_norm']}")
+        elif step["grad_norm"] <= 0:
+            problems.append(f"no gradient at step {int(step['step'])} (grad_norm 0): the advantages are all zero")
     if before == after:
         problems.append("the weights did not change after two optimizer steps")
     expected_pg = "cpu:gloo" if ctx.expected_device == "cpu" else f"cpu:gloo,{ctx.expected_device}:nccl"

@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from trinity.common.config.plan.data import StoragePlan
 from trinity.common.experience import Experience
+
+
+def storage_plan(**settings: Any) -> StoragePlan:
+    """Return the resolved ``buffer.trainer_input.experience_buffer`` with these settings (upstream's keys:
+    ``name``, ``storage_type`` queue|sql|file, ``path``, ``capacity``, ``max_read_timeout``), as mode train reads it."""
+    from tests.plans import make_plan
+
+    plan = make_plan({"mode": "train", "buffer.trainer_input.experience_buffer": dict(settings)})
+    assert plan.buffer.experience is not None
+    return plan.buffer.experience
 
 
 def make_exp(group: str = "g0", run: int = 0, reward: float | None = 1.0, *, version: int = 0,

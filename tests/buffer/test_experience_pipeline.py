@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from tests.buffer.factories import ids, make_exp, make_group
+from tests.plans import make_plan
 from trinity.algorithm.options import UnknownOptionError
 from trinity.buffer import (
     REWARD_SHAPERS,
@@ -17,9 +18,9 @@ from trinity.buffer import (
     buffer_advantage_fn,
     build_pipeline,
     computes_in_buffer,
-    pipeline_for_algorithm,
+    pipeline_for_plan,
 )
-from trinity.common.config.schema import AlgorithmConfig
+from trinity.common.config import ConfigError
 from trinity.common.experience import Experience
 from trinity.common.registry import UnknownNameError
 
@@ -130,20 +131,53 @@ def test_pipeline_shapes_then_computes_and_writes_to_storage(tmp_path: Path) -> 
         build_pipeline().write([make_exp()])
 
 
+def training(**algorithm: object) -> object:
+    """The training plan (``plan.algorithm``) of a run with these ``algorithm.*`` settings."""
+    overrides: dict[str, object] = {f"algorithm.{key}": value for key, value in algorithm.items()}
+    if algorithm.get("algorithm_type") in ("sft", "dpo"):
+        overrides.update({"mode": "train", "buffer.trainer_input.experience_buffer": {
+            "storage_type": "file", "path": "data.jsonl"}})
+    return make_plan(overrides).algorithm
+
+
 def test_the_algorithm_decides_where_advantages_are_computed() -> None:
-    assert buffer_advantage_fn(AlgorithmConfig(algorithm_type="grpo")) == "grpo"
-    assert buffer_advantage_fn(AlgorithmConfig(algorithm_type="grpo", advantage_fn="rloo")) == "rloo"
-    assert buffer_advantage_fn(AlgorithmConfig(algorithm_type="ppo")) == ""  # gae needs the critic
-    assert buffer_advantage_fn(AlgorithmConfig(algorithm_type="sft")) == ""
-    assert buffer_advantage_fn(AlgorithmConfig(algorithm_type="grpo", kl_penalty_fn="k1")) == ""
-    with pytest.raises(UnknownNameError, match="unknown algorithm 'grpoo'"):
-        buffer_advantage_fn(AlgorithmConfig(algorithm_type="grpoo"))
+    assert buffer_advantage_fn(training(algorithm_type="grpo")) == "grpo"
+    assert buffer_advantage_fn(training(algorithm_type="grpo", advantage_fn="rloo")) == "rloo"
+    assert buffer_advantage_fn(training(algorithm_type="ppo")) == ""  # gae needs the critic
+    assert buffer_advantage_fn(training(algorithm_type="sft")) == ""
+    # a KL reward penalty needs the reference model (in the trainer) before the advantages: never in the buffer
+    assert buffer_advantage_fn(training(algorithm_type="rloo", kl_penalty_fn="k1")) == ""
+    # algorithms that compute their (group-local) advantages in the trainer keep them there
+    assert buffer_advantage_fn(training(algorithm_type="rloo")) == ""
+    assert buffer_advantage_fn(training(algorithm_type="grpo_verl")) == ""
+    # grpo computes in the buffer, where upstream ignores a reward penalty: the config refuses it
+    with pytest.raises(ConfigError, match=r"algorithm\.kl_penalty_fn: algorithm 'grpo' computes no advantages in "
+                                          r"the trainer"):
+        training(algorithm_type="grpo", kl_penalty_fn="k1")
+    with pytest.raises(ConfigError, match="unknown algorithm 'grpoo'"):
+        training(algorithm_type="grpoo")
 
 
-def test_pipeline_for_algorithm_uses_repeat_times_and_options() -> None:
-    config = AlgorithmConfig(algorithm_type="grpo", repeat_times=2, advantage_fn_args={"std_normalize": False})
-    pipeline = pipeline_for_algorithm(config, reward_shaping=[{"name": "scale", "args": {"shift": 1.0}}])
+def test_pipeline_for_plan_uses_repeat_times_options_and_operators() -> None:
+    plan = make_plan({
+        "algorithm.repeat_times": 2, "algorithm.advantage_fn_args": {"std_normalize": False},
+        "data_processor.experience_pipeline.operators": [{"name": "scale", "args": {"shift": 1.0}}],
+    })
+    pipeline = pipeline_for_plan(plan)
     out = pipeline.process(make_group("p", 2, rewards=[3.0, 1.0]))
     assert [e.reward for e in out] == [4.0, 2.0]
     assert [float(e.advantages[0]) for e in out] == [1.0, -1.0]
-    assert pipeline_for_algorithm(AlgorithmConfig(algorithm_type="ppo")).processors == []
+    assert pipeline_for_plan(make_plan({"algorithm.algorithm_type": "ppo"})).processors == []
+    with pytest.raises(ConfigError, match=r"operators\[0\]\.name: .*'scal'"):
+        make_plan({"data_processor.experience_pipeline.operators": [{"name": "scal"}]})
+
+
+def test_pipeline_for_plan_records_every_experience_before_the_operators(tmp_path: Path) -> None:
+    recorder = SQLiteStorage(tmp_path / "explored.sqlite")
+    storage = SQLiteStorage(tmp_path / "buf.sqlite")
+    plan = make_plan({"algorithm.algorithm_type": "ppo",
+                      "data_processor.experience_pipeline.operators": [{"name": "scale", "args": {"scale": 2.0}}]})
+    pipeline = pipeline_for_plan(plan, storage=storage, recorder=recorder)
+    assert pipeline.write(make_group("r", 2, rewards=[1.0, 3.0])) == 2
+    assert [e.reward for e in storage.get(2)] == [2.0, 6.0]
+    assert [e.reward for e in recorder.get(2)] == [1.0, 3.0]

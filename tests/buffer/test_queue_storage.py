@@ -11,7 +11,7 @@ import pytest
 import ray
 import torch
 
-from tests.buffer.factories import ids, make_exp, make_group
+from tests.buffer.factories import ids, make_exp, make_group, storage_plan
 from trinity.buffer import (
     BufferExhaustedError,
     QueueStorage,
@@ -22,7 +22,6 @@ from trinity.buffer import (
     make_storage,
 )
 from trinity.buffer.storage.base import ExperienceStorage
-from trinity.common.config.schema import StorageConfig
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
@@ -130,7 +129,7 @@ def test_same_name_attaches_to_the_same_queue(queue: QueueStorage) -> None:
 
 
 def test_make_storage_builds_a_queue_and_rejects_bad_capacity() -> None:
-    storage = make_storage(StorageConfig(storage_type="queue", capacity=2), name=f"q-{uuid.uuid4().hex[:8]}")
+    storage = make_storage(storage_plan(name=f"q-{uuid.uuid4().hex[:8]}", storage_type="queue", capacity=2))
     try:
         assert isinstance(storage, QueueStorage) and storage.capacity == 2
     finally:

@@ -139,10 +139,26 @@ def test_a_group_given_back_after_a_timeout_is_weighted_once(storage: SQLiteStor
 
 
 def test_registry_and_option_errors(storage: SQLiteStorage) -> None:
-    assert SAMPLE_STRATEGIES.names() == ["default", "staleness"]
+    # upstream's names too: ``warmup`` (its deprecated name of default) and ``staleness_control``
+    assert SAMPLE_STRATEGIES.names() == ["default", "mix", "staleness", "staleness_control", "warmup"]
     with pytest.raises(UnknownNameError, match="did you mean 'staleness'"):
         make_sample_strategy("stalenes", storage, batch_size=1)
     with pytest.raises(ValueError, match="has no option 'max_stale'"):
         make_sample_strategy("staleness", storage, batch_size=1, max_stale=1)
     with pytest.raises(ValueError, match="mode must be"):
         make_sample_strategy("staleness", storage, batch_size=1, mode="ignore")
+
+
+def test_upstream_names_warmup_and_staleness_control(storage: SQLiteStorage) -> None:
+    assert type(make_sample_strategy("warmup", storage, batch_size=1)) is type(
+        make_sample_strategy("default", storage, batch_size=1))
+    storage.put(make_group("old", 2, version=0))
+    storage.put(make_group("fresh", 2, version=3))
+    strategy = make_sample_strategy("staleness_control", storage, batch_size=1, group_size=2, max_staleness=1)
+    assert isinstance(strategy, StalenessStrategy)
+    assert group_ids(strategy.sample(trainer_version=3, timeout=1)) == ["fresh"]  # "old" is 3 versions stale: dropped
+    unlimited = make_sample_strategy("staleness_control", storage, batch_size=1, group_size=2)
+    storage.put(make_group("ancient", 2, version=0))
+    assert group_ids(unlimited.sample(trainer_version=1000, timeout=1)) == ["ancient"]
+    with pytest.raises(ValueError, match="has no option 'mode'"):
+        make_sample_strategy("staleness_control", storage, batch_size=1, mode="drop")

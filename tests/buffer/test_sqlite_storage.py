@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import pytest
 import ray
 import torch
 
-from tests.buffer.factories import ids, make_exp, make_group
+from tests.buffer.factories import ids, make_exp, make_group, storage_plan
 from trinity.buffer import (
     BufferExhaustedError,
     SQLiteStorage,
@@ -19,7 +20,6 @@ from trinity.buffer import (
     make_storage,
 )
 from trinity.buffer.storage import sqlite as sqlite_module
-from trinity.common.config.schema import StorageConfig
 
 
 def test_round_trip_and_indexed_columns(tmp_path: Path) -> None:
@@ -107,11 +107,14 @@ def test_unusable_file_is_one_line(tmp_path: Path) -> None:
 
 
 def test_make_storage_puts_the_file_under_the_run_folder(tmp_path: Path) -> None:
-    storage = make_storage(StorageConfig(storage_type="sqlite"), name="exp", run_dir=tmp_path)
+    storage = make_storage(storage_plan(name="exp", storage_type="sql"), run_dir=tmp_path)
     assert isinstance(storage, SQLiteStorage)
     assert storage.path == tmp_path / "buffer" / "exp.sqlite" and storage.path.exists()
-    relative = make_storage(StorageConfig(storage_type="sqlite", path="x/b.db"), run_dir=tmp_path)
+    # a relative path in a StoragePlan lives under the run folder (the config resolves sqlite URLs to absolute files)
+    relative = make_storage(dataclasses.replace(storage_plan(storage_type="sql"), path="x/b.db"), run_dir=tmp_path)
     assert isinstance(relative, SQLiteStorage) and relative.path == tmp_path / "x" / "b.db"
+    url = make_storage(storage_plan(storage_type="sql", path=f"sqlite:///{tmp_path / 'c.db'}"), run_dir=tmp_path / "r")
+    assert isinstance(url, SQLiteStorage) and url.path == tmp_path / "c.db"
 
 
 @ray.remote(num_cpus=0)

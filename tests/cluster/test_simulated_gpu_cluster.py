@@ -24,9 +24,10 @@ from ray.cluster_utils import Cluster
 
 from tests.cluster.probes import probe_answers as view_of_worker
 from tests.cluster.probes import select_from_cluster
+from tests.plans import make_plan
 from trinity import device
-from trinity.common.config import ConfigError, parse_config
-from trinity.common.config.schema import Config
+from trinity.common.config import ConfigError
+from trinity.common.config.plan.run import RunPlan
 from trinity.common.config.validator import Layout, resolve_layout
 from trinity.common.constants import SyncMethod
 from trinity.common.models.engines import engine_actor_options
@@ -44,15 +45,18 @@ def probe_answers() -> dict[str, Any]:
     return view_of_worker("CUDA_VISIBLE_DEVICES", "GPU", extra_env=("NCCL_CUMEM_ENABLE",))
 
 
-def gpu_config(engine_num: int = 2, trainer_num: int = 2) -> Config:
-    """Return a config of ``engine_num`` single-GPU vLLM engines and ``trainer_num`` trainers on one 8-GPU node."""
-    return parse_config({
-        "model": {"model_path": "unused"},
-        "buffer": {"train_tasks": {"path": "unused.jsonl"}},
-        "explorer": {"engine_type": "vllm", "engine_num": engine_num, "tensor_parallel_size": 1},
-        "trainer": {"trainer_num": trainer_num},
-        # devices_per_node over-declares on purpose: the refusal must come from what Ray has
-        "cluster": {"node_num": 1, "devices_per_node": 8, "cpus_per_bundle": 0.5},
+def gpu_config(engine_num: int = 2, trainer_num: int = 2) -> RunPlan:
+    """Return the plan of ``engine_num`` single-GPU vLLM engines and ``trainer_num`` trainer ranks on one node.
+
+    As upstream does, the trainer gets the devices the engines leave: the node declares
+    ``engine_num + trainer_num`` GPUs, whatever the cluster has (so ``engine_num=3`` over-declares the
+    4-GPU node on purpose: the refusal must come from what Ray has).
+    """
+    return make_plan({
+        "explorer.rollout_model.engine_type": "vllm",
+        "explorer.rollout_model.engine_num": engine_num,
+        "explorer.rollout_model.tensor_parallel_size": 1,
+        "cluster": {"node_num": 1, "gpu_per_node": engine_num + trainer_num, "cpus_per_bundle": 0.5},
     })
 
 
@@ -82,8 +86,8 @@ def cuda(gpu_cluster: Cluster) -> Selection:
 
 
 @pytest.fixture(scope="module")
-def placed(gpu_cluster: Cluster) -> Iterator[tuple[Config, Layout, Placement]]:
-    """The config, its layout and its placement groups (2 engines x 1 GPU, 2 trainers); removed afterwards."""
+def placed(gpu_cluster: Cluster) -> Iterator[tuple[RunPlan, Layout, Placement]]:
+    """The plan, its layout and its placement groups (2 engines x 1 GPU, 2 trainers); removed afterwards."""
     selection = select_from_cluster()
     cfg = gpu_config()
     layout = resolve_layout(cfg, selection.backend, ray.cluster_resources())
@@ -95,7 +99,7 @@ def placed(gpu_cluster: Cluster) -> Iterator[tuple[Config, Layout, Placement]]:
 
 
 @pytest.fixture(scope="module")
-def probes(placed: tuple[Config, Layout, Placement]) -> dict[str, list[dict[str, Any]]]:
+def probes(placed: tuple[RunPlan, Layout, Placement]) -> dict[str, list[dict[str, Any]]]:
     """Start the engine and trainer probes with the framework's option builders and collect their answers."""
     from trinity.trainer.trainer import worker_actor_options  # imports torch: keep it out of the workers' imports
 
@@ -143,11 +147,12 @@ def test_layout_counts_gpus(cuda: Selection) -> None:
 
 
 def test_more_gpus_than_the_cluster_has_is_refused(cuda: Selection) -> None:
-    with pytest.raises(ConfigError, match=r"asks for 5 GPU but the Ray cluster has 4\b"):
+    with pytest.raises(ConfigError, match=r"asks for 5 GPU \(3 engine\(s\) x 1 \+ 2 trainer rank\(s\)\) but the Ray "
+                                          r"cluster has 4\b"):
         resolve_layout(gpu_config(engine_num=3), cuda.backend, ray.cluster_resources())
 
 
-def test_placement_groups_are_single_gpu_bundles(placed: tuple[Config, Layout, Placement]) -> None:
+def test_placement_groups_are_single_gpu_bundles(placed: tuple[RunPlan, Layout, Placement]) -> None:
     cfg, layout, placement = placed
     assert len(placement.engine_groups) == layout.engines
     for group in placement.engine_groups:
@@ -158,7 +163,7 @@ def test_placement_groups_are_single_gpu_bundles(placed: tuple[Config, Layout, P
         assert table[group.id.hex()]["state"] == "CREATED"
 
 
-def test_a_second_run_with_the_same_name_is_refused_clearly(placed: tuple[Config, Layout, Placement]) -> None:
+def test_a_second_run_with_the_same_name_is_refused_clearly(placed: tuple[RunPlan, Layout, Placement]) -> None:
     cfg, layout, _ = placed
     with pytest.raises(ConfigError, match=r"already exists on this Ray cluster: another run"):
         place(cfg, layout)

@@ -32,9 +32,10 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from tests.cluster.probes import probe_answers as view_of_worker
 from tests.cluster.probes import select_from_cluster
+from tests.plans import make_plan
 from trinity import device
-from trinity.common.config import ConfigError, parse_config
-from trinity.common.config.schema import Config
+from trinity.common.config import ConfigError
+from trinity.common.config.plan.run import RunPlan
 from trinity.common.config.validator import Layout, resolve_layout
 from trinity.common.constants import SyncMethod, SyncMethodError
 from trinity.common.models.engines import engine_actor_options
@@ -49,22 +50,26 @@ VISIBLE = "ASCEND_RT_VISIBLE_DEVICES"
 NOSET = f"RAY_EXPERIMENTAL_NOSET_{VISIBLE}"
 
 
-def npu_config(**sections: Any) -> Config:
-    """Return a config on two 8-NPU nodes (0.25 CPU per bundle) with ``sections`` merged in (dicts) or set."""
-    raw: dict[str, Any] = {
-        "model": {"model_path": "unused"},
-        "buffer": {"train_tasks": {"path": "unused.jsonl"}},
-        "cluster": {"node_num": 2, "devices_per_node": 8, "cpus_per_bundle": 0.25},
-    }
-    for key, value in sections.items():
-        raw[key] = {**raw.get(key, {}), **value} if isinstance(value, dict) else value
-    return parse_config(raw)
+def npu_config(**overrides: Any) -> RunPlan:
+    """Return the plan of a run on the two 8-NPU nodes (0.25 CPU per bundle) with dotted ``overrides`` applied.
+
+    ``trainer.use_torch_compile`` is left unset: the backend decides.
+    """
+    return make_plan({"cluster": {"node_num": 2, "gpu_per_node": 8, "cpus_per_bundle": 0.25},
+                      "trainer.use_torch_compile": None, **overrides})
 
 
-def tp_config() -> Config:
-    """Two vLLM engines of tensor-parallel size 4 and four trainer ranks."""
-    return npu_config(explorer={"engine_type": "vllm", "engine_num": 2, "tensor_parallel_size": 4},
-                      trainer={"trainer_num": 4})
+def tp_config() -> RunPlan:
+    """Two vLLM engines of tensor-parallel size 4 and four trainer ranks: 12 of the cluster's 16 NPUs.
+
+    As upstream does, the trainer gets the devices the engines leave, so the run declares the 12 it uses;
+    as 3 nodes of 4 (each group fits one), which leaves 4 NPUs free for this module's later tests.
+    """
+    return npu_config(**{
+        "cluster.node_num": 3, "cluster.gpu_per_node": 4,
+        "explorer.rollout_model.engine_type": "vllm", "explorer.rollout_model.engine_num": 2,
+        "explorer.rollout_model.tensor_parallel_size": 4,
+    })
 
 
 def probe_answers() -> dict[str, Any]:
@@ -132,7 +137,7 @@ def npu(npu_cluster: Cluster) -> Selection:
 
 
 @pytest.fixture(scope="module")
-def placed(npu_cluster: Cluster) -> Iterator[tuple[Config, Layout, Placement]]:
+def placed(npu_cluster: Cluster) -> Iterator[tuple[RunPlan, Layout, Placement]]:
     """The tensor-parallel run's config, layout and placement groups; removed afterwards."""
     cfg = tp_config()
     layout = resolve_layout(cfg, select_from_cluster().backend, ray.cluster_resources())
@@ -144,7 +149,7 @@ def placed(npu_cluster: Cluster) -> Iterator[tuple[Config, Layout, Placement]]:
 
 
 @pytest.fixture(scope="module")
-def engine_runs(placed: tuple[Config, Layout, Placement]) -> list[dict[str, Any]]:
+def engine_runs(placed: tuple[RunPlan, Layout, Placement]) -> list[dict[str, Any]]:
     """Start each tp-4 engine probe in its group and let it start its workers; their answers."""
     cfg, layout, placement = placed
     select_from_cluster()
@@ -162,7 +167,7 @@ def engine_runs(placed: tuple[Config, Layout, Placement]) -> list[dict[str, Any]
 
 
 @pytest.fixture(scope="module")
-def trainer_answers(placed: tuple[Config, Layout, Placement]) -> list[dict[str, Any]]:
+def trainer_answers(placed: tuple[RunPlan, Layout, Placement]) -> list[dict[str, Any]]:
     """Start one probe per trainer rank with the trainer's own option builder; their answers."""
     from trinity.trainer.trainer import worker_actor_options  # imports torch: keep it out of the workers' imports
 
@@ -192,7 +197,7 @@ def test_compile_is_turned_off_when_unset(npu: Selection) -> None:
 def test_explicit_compile_is_refused_with_the_npu_backends_reason(npu: Selection) -> None:
     from trinity_backend_npu.info import COMPILE_SUPPORT
 
-    cfg = npu_config(trainer={"use_torch_compile": True})
+    cfg = npu_config(**{"trainer.use_torch_compile": True})
     with pytest.raises(ConfigError, match=re.escape(f"not supported on the npu backend: {COMPILE_SUPPORT.reason}")):
         resolve_layout(cfg, npu.backend, ray.cluster_resources())
     assert npu.backend.compile_support().reason == COMPILE_SUPPORT.reason
@@ -208,7 +213,7 @@ def test_online_sync_is_hccl_and_nccl_is_refused(npu: Selection) -> None:
 # --- tensor-parallel engines --------------------------------------------------------------------------------
 
 
-def test_each_engine_group_is_packed_on_one_node(placed: tuple[Config, Layout, Placement]) -> None:
+def test_each_engine_group_is_packed_on_one_node(placed: tuple[RunPlan, Layout, Placement]) -> None:
     cfg, _, placement = placed
     assert len(placement.engine_groups) == 2
     for group in placement.engine_groups:
@@ -219,7 +224,7 @@ def test_each_engine_group_is_packed_on_one_node(placed: tuple[Config, Layout, P
 
 
 def test_engine_group_is_captured_and_holds_no_npu_itself(
-    placed: tuple[Config, Layout, Placement], engine_runs: list[dict[str, Any]]
+    placed: tuple[RunPlan, Layout, Placement], engine_runs: list[dict[str, Any]]
 ) -> None:
     _, _, placement = placed
     assert [run["group"] for run in engine_runs] == [g.id.hex() for g in placement.engine_groups]
@@ -275,8 +280,8 @@ def test_no_npu_is_given_twice(trainer_answers: list[dict[str, Any]], engine_run
 
 
 def test_tp1_engine_holds_one_npu_and_writes_its_own_mask(npu: Selection) -> None:
-    cfg = npu_config(name="tp1", mode="explore",
-                     explorer={"engine_type": "vllm", "engine_num": 1, "tensor_parallel_size": 1})
+    cfg = npu_config(**{"name": "tp1", "mode": "explore", "explorer.rollout_model.engine_type": "vllm",
+                        "explorer.rollout_model.engine_num": 1, "explorer.rollout_model.tensor_parallel_size": 1})
     layout = resolve_layout(cfg, npu.backend, ray.cluster_resources())
     assert layout.trainers == 0
     placement = place(cfg, layout)
@@ -326,20 +331,22 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_vllm_engine_runs_tensor_parallel_on_the_npu_cluster(npu: Selection, tiny_model: Path) -> None:
     from tests.doubles.vllm_path import SITE
     from trinity.common.models.engine import SamplingParams
-    from trinity.common.models.engines import create_engines, shutdown_engines
+    from trinity.common.models.engines import ENGINES, create_engines, shutdown_engines
 
-    cfg = npu_config(name="vllm-tp2", mode="explore", model={"model_path": str(tiny_model)},
-                     explorer={"engine_type": "vllm", "engine_num": 1, "tensor_parallel_size": 2})
+    cfg = npu_config(**{"name": "vllm-tp2", "mode": "explore", "model.model_path": str(tiny_model),
+                        "explorer.rollout_model.engine_type": "vllm", "explorer.rollout_model.engine_num": 1,
+                        "explorer.rollout_model.tensor_parallel_size": 2})
     layout = resolve_layout(cfg, npu.backend, ray.cluster_resources())
     placement = place(cfg, layout)
     engines: list[Any] = []
     try:
         # the driver loads the engine class without vLLM (a CPU head node); the actor imports it
         assert "vllm" not in sys.modules
-        runtime_env = engine_actor_options(cfg)["runtime_env"]
+        engine_cls = ENGINES.get(layout.engine_type)()  # loading the class imports no vLLM
+        runtime_env = engine_actor_options(cfg, engine_cls)["runtime_env"]
         # the double must be importable in the actor: add it to the worker env, keeping the backend's variables
         env_vars = {**runtime_env["env_vars"], "PYTHONPATH": str(SITE)}
-        engines = create_engines(cfg, options_for=placement.engine_options,
+        engines = create_engines(cfg, layout.engine_type, options_for=placement.engine_options,
                                  runtime_env={**runtime_env, "env_vars": env_vars})
         (engine,) = engines
         described = ray.get(engine.describe.remote(), timeout=180)

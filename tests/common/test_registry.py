@@ -53,5 +53,5 @@ def test_a_python_path_is_imported_when_allowed() -> None:
                                                r"importing it as a Python path failed \(ModuleNotFoundError"):
         reg.get("no_pkg.fn")
     strict: Registry[object] = Registry("engine", allow_import_path=False)
-    with pytest.raises(UnknownNameError, match="unknown engine 'json.dumps'"):
+    with pytest.raises(UnknownNameError, match=r"unknown engine 'json\.dumps'"):
         strict.get("json.dumps")

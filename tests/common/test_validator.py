@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from tests.device import plugins
-from trinity.common.config import ConfigError, parse_config
+from tests.plans import make_plan
+from trinity.common.config import ConfigError
+from trinity.common.config.plan.run import RunPlan
 from trinity.common.config.validator import resolve_layout
 from trinity.common.models.placement import bundles, strategy
 from trinity.device.backends import cpu
@@ -21,67 +23,91 @@ class NoCompile(plugins.FakeAccel):
         return CompileSupport(False, "inductor has no driver for this device")
 
 
-def config(**sections: dict) -> object:
-    raw: dict = {"model": {"model_path": "m"}, "buffer": {"train_tasks": {"path": "t.jsonl"}}}
-    for key, value in sections.items():
-        raw[key] = value
-    return parse_config(raw)
+def plan(overrides: dict | None = None) -> RunPlan:
+    """A plan of the tests' base config with dotted ``overrides``."""
+    return make_plan(overrides or {})
 
 
 NPU = load_plugin(NoCompile("npu", 100, key="NPU"), expected_name="npu")
 CPU = load_plugin(cpu, expected_name="cpu")
+VLLM = "explorer.rollout_model"
 
 
-def test_npu_layout_counts_npus_and_resolves_online_to_its_collective() -> None:
-    cfg = config(explorer={"engine_type": "vllm", "engine_num": 2, "tensor_parallel_size": 2},
-                 trainer={"trainer_num": 4},
-                 cluster={"node_num": 1, "devices_per_node": 8})
-    layout = resolve_layout(cfg, NPU, {"NPU": 8, "CPU": 64})
+def test_npu_layout_gives_the_trainer_what_the_engines_leave_and_resolves_online_to_its_collective() -> None:
+    run = plan({f"{VLLM}.engine_num": 2, f"{VLLM}.tensor_parallel_size": 2, "cluster.gpu_per_node": 8})
+    layout = resolve_layout(run, NPU, {"NPU": 8, "CPU": 64})
     assert layout.resource_key == "NPU" and layout.engines == 2 and layout.trainers == 4
-    assert str(layout.sync_method) == NPU.info.collective_backend
+    assert layout.engine_type == "vllm"  # auto on an accelerator, as upstream's default
+    assert str(layout.sync_method) == NPU.info.collective_backend  # upstream's "nccl" means online
     assert layout.use_torch_compile is False
 
 
+def test_train_mode_gives_the_trainer_every_device() -> None:
+    run = plan({"mode": "train", "cluster.gpu_per_node": 8, "buffer.trainer_input.experience_buffer":
+                {"name": "b", "storage_type": "sql"}})
+    layout = resolve_layout(run, NPU, {"NPU": 8, "CPU": 64})
+    assert layout.engines == 0 and layout.trainers == 8
+
+
 def test_too_many_devices_is_refused_with_what_exists() -> None:
-    cfg = config(explorer={"engine_type": "vllm", "engine_num": 4, "tensor_parallel_size": 2},
-                 trainer={"trainer_num": 4},
-                 cluster={"node_num": 2, "devices_per_node": 8})
-    with pytest.raises(ConfigError, match=r"asks for 12 NPU but the Ray cluster has 8"):
-        resolve_layout(cfg, NPU, {"NPU": 8, "CPU": 64})
+    run = plan({f"{VLLM}.engine_num": 4, f"{VLLM}.tensor_parallel_size": 2, "cluster.node_num": 2,
+                "cluster.gpu_per_node": 8})
+    with pytest.raises(ConfigError, match=r"asks for 16 NPU .* but the Ray cluster has 8"):
+        resolve_layout(run, NPU, {"NPU": 8, "CPU": 64})
 
 
-def test_more_than_declared_is_refused() -> None:
-    cfg = config(explorer={"engine_num": 4}, trainer={"trainer_num": 8}, cluster={"devices_per_node": 8})
-    with pytest.raises(ConfigError, match=r"asks for 12 NPU .*node_num x devices_per_node = 8"):
-        resolve_layout(cfg, NPU, {"NPU": 16, "CPU": 64})
+def test_no_device_left_for_the_trainer_is_refused() -> None:
+    run = plan({f"{VLLM}.engine_num": 8, "cluster.gpu_per_node": 8})
+    with pytest.raises(ConfigError, match=r"the explorer takes 8 .* none is left for the trainer"):
+        resolve_layout(run, NPU, {"NPU": 16, "CPU": 64})
+
+
+def test_a_trainer_of_a_part_of_a_node_beyond_one_node_is_refused_as_upstream_does() -> None:
+    run = plan({f"{VLLM}.engine_num": 1, f"{VLLM}.tensor_parallel_size": 4, "cluster.node_num": 2,
+                "cluster.gpu_per_node": 8})
+    with pytest.raises(ConfigError, match="the trainer gets 12 devices, which is not a whole number of nodes of 8"):
+        resolve_layout(run, NPU, {"NPU": 16, "CPU": 64})
 
 
 def test_tensor_parallel_must_fit_a_node() -> None:
-    cfg = config(explorer={"engine_type": "vllm", "tensor_parallel_size": 16},
-                 cluster={"node_num": 2, "devices_per_node": 8})
+    run = plan({f"{VLLM}.engine_type": "vllm", f"{VLLM}.tensor_parallel_size": 16, "cluster.node_num": 4,
+                "cluster.gpu_per_node": 8})
     with pytest.raises(ConfigError, match="an engine must fit on one node"):
-        resolve_layout(cfg, NPU, {"NPU": 16, "CPU": 64})
+        resolve_layout(run, NPU, {"NPU": 32, "CPU": 64})
 
 
 def test_explicit_compile_refused_with_the_backends_reason() -> None:
-    cfg = config(trainer={"use_torch_compile": True}, cluster={"devices_per_node": 8})
+    run = plan({"trainer.use_torch_compile": True, "cluster.gpu_per_node": 8})
     with pytest.raises(ConfigError, match="use_torch_compile: true is not supported on the npu backend: inductor"):
-        resolve_layout(cfg, NPU, {"NPU": 8, "CPU": 8})
+        resolve_layout(run, NPU, {"NPU": 8, "CPU": 8})
 
 
-def test_sync_method_of_another_device_is_refused() -> None:
-    cfg = config(synchronizer={"sync_method": "nccl"}, cluster={"devices_per_node": 8})
+def test_another_devices_collective_is_refused_but_upstreams_nccl_means_online() -> None:
     with pytest.raises(ConfigError, match=r"synchronizer\.sync_method: .* collective is 'gloo'"):
-        resolve_layout(cfg, NPU, {"NPU": 8, "CPU": 8})
+        resolve_layout(plan({"synchronizer.sync_method": "hccl", "cluster.gpu_per_node": 8}), CPU, {"CPU": 8})
+    layout = resolve_layout(plan({"synchronizer.sync_method": "nccl"}), CPU, {"CPU": 8})
+    assert str(layout.sync_method) == "gloo"
 
 
-def test_cpu_backend_counts_cpus_and_refuses_vllm() -> None:
-    layout = resolve_layout(config(trainer={"trainer_num": 2}), CPU, {"CPU": 4})
+def test_cpu_backend_counts_cpu_bundles_and_refuses_vllm() -> None:
+    layout = resolve_layout(plan({"cluster.gpu_per_node": 3, "trainer.use_torch_compile": None}), CPU, {"CPU": 4})
     assert layout.resource_key is None and str(layout.sync_method) == "gloo" and layout.use_torch_compile
+    assert layout.engine_type == "hf" and layout.engines == 1 and layout.trainers == 2
     with pytest.raises(ConfigError, match=r"3 bundle\(s\) x 1 CPU = 3 CPUs asked but the Ray cluster has 2"):
-        resolve_layout(config(trainer={"trainer_num": 2}), CPU, {"CPU": 2})
+        resolve_layout(plan({"cluster.gpu_per_node": 3}), CPU, {"CPU": 2})
     with pytest.raises(ConfigError, match="vllm needs an accelerator"):
-        resolve_layout(config(explorer={"engine_type": "vllm"}), CPU, {"CPU": 8})
+        resolve_layout(plan({f"{VLLM}.engine_type": "vllm"}), CPU, {"CPU": 8})
+
+
+def test_devices_per_node_detected_from_the_cluster_when_left_at_zero() -> None:
+    run = plan({"cluster.node_num": 0, "cluster.gpu_per_node": 0, f"{VLLM}.engine_num": 8})
+    nodes = [{"CPU": 4}, {"NPU": 8, "CPU": 32}, {"NPU": 8, "CPU": 32}]  # a CPU head and two NPU nodes
+    layout = resolve_layout(run, NPU, {"NPU": 16, "CPU": 68}, nodes)
+    assert (layout.nodes, layout.devices_per_node, layout.trainers) == (2, 8, 8)
+    assert layout.source == "detected from the cluster"
+    cpu_run = plan({"cluster.node_num": 0, "cluster.gpu_per_node": 0})
+    cpu_layout = resolve_layout(cpu_run, CPU, {"CPU": 4}, [{"CPU": 4}])
+    assert (cpu_layout.devices_per_node, cpu_layout.engines, cpu_layout.trainers) == (2, 1, 1)
 
 
 def test_bundles_and_strategy() -> None:
@@ -96,19 +122,19 @@ def test_engine_bundles_carry_their_tensor_parallel_devices() -> None:
 
 
 def test_hf_engine_refuses_tensor_parallelism() -> None:
-    cfg = config(explorer={"tensor_parallel_size": 2}, cluster={"devices_per_node": 8})
+    run = plan({f"{VLLM}.engine_type": "hf", f"{VLLM}.tensor_parallel_size": 2, "cluster.gpu_per_node": 8})
     with pytest.raises(ConfigError, match=r"the hf engine runs on one device.*engine_type: vllm"):
-        resolve_layout(cfg, NPU, {"NPU": 8, "CPU": 8})
+        resolve_layout(run, NPU, {"NPU": 8, "CPU": 8})
 
 
 def test_groups_that_no_node_packing_can_hold_are_refused_before_any_actor_starts() -> None:
-    # 2 x 8 NPUs: 6 trainer ranks take one node; two tp-3 engines fill the other but a third fits nowhere
-    cfg = config(explorer={"engine_type": "vllm", "engine_num": 3, "tensor_parallel_size": 3},
-                 trainer={"trainer_num": 6}, cluster={"node_num": 2, "devices_per_node": 8})
+    # 2 x 8 NPUs: three tp-3 engines leave 7 trainer ranks (one node); two engines fill the other, a third fits nowhere
+    run = plan({f"{VLLM}.engine_num": 3, f"{VLLM}.tensor_parallel_size": 3, "cluster.node_num": 2,
+                "cluster.gpu_per_node": 8})
     with pytest.raises(ConfigError, match=r"engine 2 \(3 devices; 3 engines in all\) cannot be placed on 2 node"):
-        resolve_layout(cfg, NPU, {"NPU": 16, "CPU": 64})
-    fits = config(explorer={"engine_type": "vllm", "engine_num": 2, "tensor_parallel_size": 4},
-                  trainer={"trainer_num": 8}, cluster={"node_num": 2, "devices_per_node": 8})
+        resolve_layout(run, NPU, {"NPU": 16, "CPU": 64})
+    fits = plan({f"{VLLM}.engine_num": 2, f"{VLLM}.tensor_parallel_size": 4, "cluster.node_num": 2,
+                 "cluster.gpu_per_node": 8})
     assert resolve_layout(fits, NPU, {"NPU": 16, "CPU": 64}).engines == 2
 
 

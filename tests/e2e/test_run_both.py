@@ -16,7 +16,8 @@ import pytest
 import yaml
 
 from trinity.common.config import parse_config
-from trinity.launcher import run_config
+from trinity.common.config.plan.run import resolve_run
+from trinity.launcher import run_plan
 from trinity.trainer.checkpoint import CheckpointDir
 
 REPO = Path(__file__).resolve().parents[2]
@@ -24,26 +25,34 @@ TASKS = REPO / "examples" / "quickstart" / "tasks"
 
 
 def job_config(tmp: Path, model: Path, **overrides: object) -> dict:
-    """A small toy_repeat GRPO job: 2 trainer ranks, 1 engine, online sync, checksum verification."""
+    """A small toy_repeat GRPO job (upstream's schema): 2 trainer ranks, 1 engine, online sync, checksums."""
     raw: dict = {
         "mode": "both",
         "project": "e2e",
         "name": "run",
         "checkpoint_root_dir": str(tmp / "ckpt"),
         "model": {"model_path": str(model), "max_prompt_tokens": 32, "max_response_tokens": 6},
-        "cluster": {"device": "auto", "cpus_per_bundle": 0.5},
+        "cluster": {"device": "auto", "cpus_per_bundle": 0.5, "node_num": 1, "gpu_per_node": 3},
         "buffer": {
             "batch_size": 2,
             "total_steps": 3,
-            "train_tasks": {"path": str(TASKS / "train.jsonl"), "workflow": "toy_repeat"},
-            "eval_tasks": [{"name": "eval", "path": str(TASKS / "eval.jsonl"), "workflow": "toy_repeat",
-                            "temperature": 0.0}],
+            "explorer_input": {
+                "taskset": {"path": str(TASKS / "train.jsonl"),
+                            "format": {"prompt_key": "question", "response_key": "answer"}},
+                "eval_tasksets": [{"name": "eval", "path": str(TASKS / "eval.jsonl"),
+                                   "format": {"prompt_key": "question", "response_key": "answer"},
+                                   "rollout_args": {"temperature": 0.0}}],
+                "default_workflow_type": "toy_repeat",
+            },
         },
-        "explorer": {"engine_num": 1, "runners_per_engine": 2},
-        "synchronizer": {"sync_method": "online", "verify_checksums": True},
-        "trainer": {"trainer_num": 2, "micro_batch_size": 4, "use_torch_compile": False},
+        "explorer": {"runner_per_model": 2, "rollout_model": {"engine_num": 1, "dtype": "float32"}},
+        "synchronizer": {"sync_method": "nccl", "verify_checksums": True},
+        "trainer": {"use_torch_compile": False, "use_dynamic_bsz": False,
+                    "trainer_config": {"actor_rollout_ref": {"model": {"enable_gradient_checkpointing": False},
+                                                             "actor": {"ppo_micro_batch_size_per_gpu": 4}}}},
         "algorithm": {"algorithm_type": "grpo", "repeat_times": 4, "optimizer": {"lr": 1e-3}},
         "monitor": {"progress": False},
+        "data_processor": {"experience_pipeline": {"save_input": False}},
     }
     for dotted, value in overrides.items():
         node = raw
@@ -70,7 +79,7 @@ def test_both_mode_trains_syncs_and_records(tmp_path: Path, tiny_model: Path) ->
 
     assert not ray.is_initialized()
     config = parse_config(job_config(tmp_path, tiny_model))
-    assert run_config(config) == 0
+    assert run_plan(resolve_run(config)) == 0
     assert not ray.is_initialized(), "the job must stop the local cluster it started"
 
     run_dir = tmp_path / "ckpt" / "e2e" / "run"
@@ -103,8 +112,8 @@ def _run_cli(config_file: Path, log: Path) -> subprocess.Popen[bytes]:
 
 def test_killed_run_resumes_without_losing_or_repeating_a_step(tmp_path: Path, tiny_model: Path) -> None:
     raw = job_config(tmp_path, tiny_model, **{
-        "buffer.total_steps": 5, "trainer.save_interval": 2, "trainer.trainer_num": 1,
-        "synchronizer.verify_checksums": False, "buffer.eval_tasks": [],
+        "buffer.total_steps": 5, "trainer.save_interval": 2, "cluster.gpu_per_node": 2,
+        "synchronizer.verify_checksums": False, "buffer.explorer_input.eval_tasksets": [],
     })
     config_file = tmp_path / "job.yaml"
     config_file.write_text(yaml.safe_dump(raw))

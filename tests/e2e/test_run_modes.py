@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from trinity.common.config import ConfigError, parse_config
-from trinity.launcher import run_config
+from trinity.common.config.plan.run import resolve_run
+from trinity.launcher import run_plan
 from trinity.synchronizer.checkpoint_sync import read_version
 
 from .test_run_both import TASKS, job_config, records
@@ -34,15 +35,15 @@ def mode_config(tmp: Path, model: Path, mode: str, **overrides: object) -> Any:
     raw = job_config(tmp, model, **{
         "mode": mode,
         "buffer.total_steps": 2,
-        "buffer.eval_tasks": [],
-        "buffer.experience_buffer": {"storage_type": "sqlite"},
-        "buffer.read_timeout": 30.0,
-        "trainer.trainer_num": 1,
+        "buffer.explorer_input.eval_tasksets": [],
+        "buffer.trainer_input.experience_buffer": {"name": "experience", "storage_type": "sql",
+                                                   "max_read_timeout": 30.0},
+        "cluster.gpu_per_node": 1,
         "synchronizer.verify_checksums": False,
         "monitor.plot": False,
         **overrides,
     })
-    return parse_config(raw)
+    return resolve_run(parse_config(raw))
 
 
 def query(run_dir: Path, sql: str) -> list[tuple]:
@@ -95,13 +96,13 @@ def trained_run(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> d
 
     tmp = tmp_path_factory.mktemp("modes")
     run_dir = tmp / "ckpt" / "e2e" / "run"
-    assert run_config(mode_config(tmp, tiny_model, "explore")) == 0
+    assert run_plan(mode_config(tmp, tiny_model, "explore")) == 0
     assert not ray.is_initialized(), "the job must stop the local cluster it started"
     copy_buffer(run_dir / "buffer" / "experience.sqlite", tmp / "explored.sqlite")  # as the explore job left it
     explored = {"rows": rows(run_dir), "closed": closed(run_dir), "records": len(records(run_dir)),
                 "checkpoints": (run_dir / "checkpoints").exists()}
     # total_steps 5, but the explorer wrote 2 steps: train stops cleanly when the closed buffer runs dry
-    assert run_config(mode_config(tmp, tiny_model, "train", **{
+    assert run_plan(mode_config(tmp, tiny_model, "train", **{
         "buffer.total_steps": 5, "trainer.save_interval": 1,
     })) == 0
     assert not ray.is_initialized()
@@ -145,7 +146,7 @@ def test_train_on_an_exhausted_buffer_stops_without_a_step(trained_run: dict[str
     saved = stamps(checkpoints)
     published = (run_dir / "sync_weights").resolve()
     # the same command again: it resumes at step 2, finds the closed buffer fully read, and stops at once
-    assert run_config(mode_config(trained_run["tmp"], tiny_model, "train", **{"buffer.total_steps": 5})) == 0
+    assert run_plan(mode_config(trained_run["tmp"], tiny_model, "train", **{"buffer.total_steps": 5})) == 0
     assert phase(run_dir, "train", before) == []
     assert stamps(checkpoints) == saved, "no step taken: no checkpoint written or rewritten"
     assert (run_dir / "sync_weights").resolve() == published and read_version(run_dir / "sync_weights") == 2
@@ -163,9 +164,10 @@ def test_train_on_an_open_buffer_saves_its_steps_then_times_out(
     run_dir = tmp_path / "ckpt" / "e2e" / "run"
     copy_buffer(trained_run["tmp"] / "explored.sqlite", run_dir / "buffer" / "experience.sqlite",
                 "UPDATE experiences SET consumed = 1", "DELETE FROM buffer_state WHERE key = 'closed'")
-    config = mode_config(tmp_path, tiny_model, "train", **{"buffer.total_steps": 0, "buffer.read_timeout": 2.0})
+    config = mode_config(tmp_path, tiny_model, "train", **{
+        "buffer.total_steps": 0, "buffer.trainer_input.experience_buffer.max_read_timeout": 2.0})
     with pytest.raises(StorageTimeoutError, match="waited 2 s"):
-        run_config(config)
+        run_plan(config)
     assert [r["step"] for r in phase(run_dir, "train")] == [1, 2]
     assert sorted(stamps(run_dir / "checkpoints")) == ["step-2"]
     assert read_version(run_dir / "sync_weights") == 2
@@ -179,7 +181,7 @@ def test_explore_picks_up_published_weights(trained_run: dict[str, Any], tiny_mo
     published = read_version(run_dir / "sync_weights")
     assert published == 2
     # the same run, 2 more steps: the explorer continues after its last batch with the trainer's weights
-    assert run_config(mode_config(trained_run["tmp"], tiny_model, "explore", **{"buffer.total_steps": 4})) == 0
+    assert run_plan(mode_config(trained_run["tmp"], tiny_model, "explore", **{"buffer.total_steps": 4})) == 0
 
     explore = phase(run_dir, "explore", before)
     assert [r["step"] for r in explore] == [3, 4], "the explore job resumes its task position, none redone"
@@ -195,8 +197,10 @@ def test_explore_picks_up_published_weights(trained_run: dict[str, Any], tiny_mo
 def test_bench_evaluates_the_start_and_every_checkpoint(trained_run: dict[str, Any], tiny_model: Path) -> None:
     run_dir: Path = trained_run["run_dir"]
     before = len(records(run_dir))
-    eval_tasks = [{"name": "eval", "path": str(TASKS / "eval.jsonl"), "workflow": "toy_repeat", "temperature": 0.0}]
-    assert run_config(mode_config(trained_run["tmp"], tiny_model, "bench", **{"buffer.eval_tasks": eval_tasks})) == 0
+    eval_tasks = [{"name": "eval", "path": str(TASKS / "eval.jsonl"), "rollout_args": {"temperature": 0.0},
+                   "format": {"prompt_key": "question", "response_key": "answer"}}]
+    assert run_plan(mode_config(trained_run["tmp"], tiny_model, "bench",
+                                **{"buffer.explorer_input.eval_tasksets": eval_tasks})) == 0
 
     evals = phase(run_dir, "eval", before)
     assert [r["step"] for r in evals] == [0, 1, 2]
@@ -211,7 +215,7 @@ def test_bench_evaluates_the_start_and_every_checkpoint(trained_run: dict[str, A
 def test_bench_without_eval_tasks_is_a_config_error(tmp_path: Path, tiny_model: Path) -> None:
     import ray
 
-    with pytest.raises(ConfigError, match=r"^buffer\.eval_tasks: .*bench") as raised:
-        run_config(mode_config(tmp_path, tiny_model, "bench"))  # refused while parsing, before Ray starts
+    with pytest.raises(ConfigError, match=r"^buffer\.explorer_input\.eval_tasksets: .*bench") as raised:
+        run_plan(mode_config(tmp_path, tiny_model, "bench"))  # refused while parsing, before Ray starts
     assert "\n" not in str(raised.value)
     assert not ray.is_initialized()

@@ -9,7 +9,7 @@ import pytest
 
 from tests.explorer import flows
 from tests.explorer.flows import probe_tasks
-from trinity.common.config.schema import Config
+from tests.plans import make_plan
 from trinity.common.models.engine import SamplingParams
 from trinity.common.models.hf_engine import HFEngine
 from trinity.common.workflows import Task, write_toy_tasks
@@ -104,12 +104,14 @@ def test_construction_errors_and_config() -> None:
         Scheduler([])
     with pytest.raises(ValueError, match="timeout"):
         Scheduler([VersionEngine(0)], timeout=0)
-    config = Config()
-    config.explorer.runners_per_engine, config.explorer.timeout, config.explorer.max_retries = 3, 9.0, 4
-    config.model.temperature, config.model.max_response_tokens = 0.5, 7
-    scheduler = Scheduler.from_config([VersionEngine(0), VersionEngine(1)], config)
+    plan = make_plan({"explorer.runner_per_model": 3, "explorer.max_timeout": 9.0, "explorer.max_retry_times": 4,
+                      "model.temperature": 0.5, "model.max_response_tokens": 7})
+    scheduler = Scheduler.from_plan([VersionEngine(0), VersionEngine(1)], plan)
     assert (scheduler.num_runners, scheduler.timeout, scheduler.max_retries) == (6, 9.0, 4)
-    assert scheduler.sampling == SamplingParams(temperature=0.5, max_tokens=7)
+    # the model's length is the scheduler's default; its temperature reaches each task through its task set
+    assert scheduler.sampling == SamplingParams(max_tokens=7)
+    assert plan.buffer.train_taskset is not None
+    assert plan.buffer.train_taskset.sampling["temperature"] == 0.5
     assert scheduler.run([]).results == []
 
 

@@ -13,9 +13,11 @@ from safetensors.torch import save_file
 
 from tests.explorer import flows
 from tests.explorer.flows import probe_tasks
-from trinity.common.config.schema import Config
+from tests.plans import make_plan
+from trinity.common.config.plan.run import RunPlan
 from trinity.common.models.client import EngineClient
 from trinity.common.models.engines import create_engines, engine_actor_options
+from trinity.common.models.hf_engine import HFEngine
 from trinity.common.workflows import Task
 from trinity.device.ray_resources import ray_resource_options
 from trinity.explorer import Scheduler
@@ -36,28 +38,25 @@ def ray_cluster() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def config(tiny_model: Path) -> Config:
-    config = Config()
-    config.model.model_path = str(tiny_model)
-    config.model.max_response_tokens = 6
-    config.explorer.engine_num = 2
-    config.explorer.runners_per_engine = 2
-    config.explorer.timeout = 3.0
-    config.explorer.max_retries = 1
-    return config
+def plan(tiny_model: Path) -> RunPlan:
+    return make_plan({
+        "model.model_path": str(tiny_model), "model.max_prompt_tokens": 256, "model.max_response_tokens": 6,
+        "explorer.rollout_model.engine_num": 2, "explorer.runner_per_model": 2, "explorer.max_timeout": 3.0,
+        "explorer.max_retry_times": 1,
+    })
 
 
 @pytest.fixture(scope="module")
-def engines(ray_cluster: Any, config: Config) -> Iterator[list[Any]]:
+def engines(ray_cluster: Any, plan: RunPlan) -> Iterator[list[Any]]:
     # num_cpus=0: the actors fit beside whatever else a shared test session keeps on the 2-CPU cluster
-    actors = create_engines(config, num_cpus=0)
+    actors = create_engines(plan, "hf", num_cpus=0)
     yield actors
     for actor in actors:
         ray_cluster.kill(actor)
 
 
-def test_actor_options_follow_the_device_backend(config: Config) -> None:
-    options = engine_actor_options(config)
+def test_actor_options_follow_the_device_backend(plan: RunPlan) -> None:
+    options = engine_actor_options(plan, HFEngine)
     assert options["max_concurrency"] == 4 and options["num_cpus"] == 1
     assert options["runtime_env"]["env_vars"]["TRINITY_DEVICE"] == "cpu"
     assert "resources" not in options  # the CPU backend has no Ray device resource
@@ -68,7 +67,7 @@ def test_actor_options_follow_the_device_backend(config: Config) -> None:
 
 
 def test_step_on_actor_engines_with_a_timeout_and_a_failure(
-    ray_cluster: Any, engines: list[Any], config: Config, tmp_path: Path
+    ray_cluster: Any, engines: list[Any], plan: RunPlan, tmp_path: Path
 ) -> None:
     # weights reach the actors through a checkpoint folder: versions show up in the experiences
     state = ray_cluster.get(engines[0].describe.remote())
@@ -83,7 +82,7 @@ def test_step_on_actor_engines_with_a_timeout_and_a_failure(
     doomed.workflow_args.update(fail_attempts=-1)
     tasks = [*toy, game, stalled, doomed]
 
-    scheduler = Scheduler.from_config(engines, config)
+    scheduler = Scheduler.from_plan(engines, plan)
     result = scheduler.run(tasks)
 
     assert [r is None for r in result.results] == [False] * 6 + [True]
@@ -109,7 +108,7 @@ def test_step_on_actor_engines_with_a_timeout_and_a_failure(
     import torch
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(config.model.model_path)
+    model = AutoModelForCausalLM.from_pretrained(plan.model.path)
     weights = {n: (t + 0.01).contiguous() for n, t in model.state_dict().items() if n != "lm_head.weight"}
     save_file(weights, str(tmp_path / "model.safetensors"))
     ray_cluster.get([e.load_checkpoint_weights.remote(str(tmp_path), 1) for e in engines])

@@ -11,21 +11,23 @@ from trinity.common.config.loader import ConfigError
 
 
 def test_without_vllm_the_engine_type_is_one_clear_error(caplog: pytest.LogCaptureFixture) -> None:
-    from trinity.common.config.schema import Config
+    import dataclasses
+
+    from tests.plans import make_layout, make_plan
     from trinity.common.models.engines import ENGINES
     from trinity.common.models.vllm_engine import VLLMEngine, VLLMEngineError
     from trinity.launcher.session import check_engine_requirements
 
     assert "vllm" not in sys.modules
     assert ENGINES.get("vllm")() is VLLMEngine  # loading the class imports no vLLM
-    config = Config()
-    config.explorer.engine_type = "vllm"
+    hf_layout = make_layout(make_plan())  # engine_type auto: hf on the CPU backend
+    assert hf_layout.engine_type == "hf"
+    layout = dataclasses.replace(hf_layout, engine_type="vllm")  # as an accelerator backend resolves it
     with pytest.raises(ConfigError, match="vLLM is not installed in this Python"):
-        check_engine_requirements(config, alive_nodes=1)
-    check_engine_requirements(config, alive_nodes=3)  # engine nodes may have it: a warning only
+        check_engine_requirements(layout, alive_nodes=1)
+    check_engine_requirements(layout, alive_nodes=3)  # engine nodes may have it: a warning only
     assert "the engine nodes must have it" in caplog.text
-    config.explorer.engine_type = "hf"
-    check_engine_requirements(config, alive_nodes=1)
+    check_engine_requirements(hf_layout, alive_nodes=1)
     with pytest.raises(VLLMEngineError, match="vLLM is not installed"):
         VLLMEngine("/nonexistent")
 

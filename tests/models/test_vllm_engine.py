@@ -21,8 +21,8 @@ import pytest
 import torch
 
 from tests.doubles.vllm_path import vllm_double
+from tests.plans import make_plan
 from tests.trainer.support import TrainerStub
-from trinity.common.config.schema import SynchronizerConfig
 from trinity.common.constants import SyncMethod
 from trinity.common.models.checksum import state_dict_checksum
 from trinity.common.models.engine import InferenceEngine, SamplingParams
@@ -212,7 +212,7 @@ def test_online_sync_reaches_every_tensor_parallel_worker(fresh: Any, tiny_model
     trainer = TrainerStub(model.state_dict())
     trainer.perturb(0.01)
     sync = Synchronizer(SyncMethod.parse("online", "gloo"), [trainer], [fresh],
-                        SynchronizerConfig(bucket_size_mb=1, sync_timeout=60))
+                        make_plan({"synchronizer.bucket_size_mb": 1, "synchronizer.sync_timeout": 60}).sync)
     try:
         sync.sync(version=2)
         assert trainer.group.world_size == 3  # trainer rank 0 + both tensor-parallel workers

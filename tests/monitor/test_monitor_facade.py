@@ -1,4 +1,4 @@
-"""The Monitor façade: sinks chosen by MonitorConfig and the registry, fan-out, failures, close."""
+"""The Monitor façade: sinks chosen by the MonitorPlan and the registry, fan-out, failures, close."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.monitor._helpers import only
-from trinity.common.config.schema import Config, MonitorConfig
+from tests.plans import make_plan
 from trinity.common.registry import UnknownNameError
 from trinity.monitor import (
     METRICS_FILE,
@@ -57,8 +57,10 @@ def _recorder() -> RecordingSink:
 
 
 def test_config_flags_choose_the_sinks() -> None:
-    assert enabled_sinks(MonitorConfig()) == ["jsonl", "tensorboard", "console"]
-    assert enabled_sinks(MonitorConfig(wandb=True, tensorboard=False, progress=False)) == ["wandb", "jsonl"]
+    assert enabled_sinks(make_plan().monitor) == ["jsonl", "tensorboard", "console"]
+    wandb = make_plan({"monitor.monitor_type": "wandb", "monitor.progress": False}).monitor
+    assert enabled_sinks(wandb) == ["wandb", "jsonl"]
+    assert enabled_sinks(make_plan({"monitor.monitor_type": "none", "monitor.jsonl": False}).monitor) == ["console"]
     assert {"console", "jsonl", "tensorboard", "wandb"} <= set(MONITOR_SINKS.names())
 
 
@@ -102,11 +104,11 @@ def test_an_unknown_sink_name_fails_before_anything_starts(tmp_path: Path) -> No
 
 
 def test_for_run_uses_the_run_folder_and_step_count(tmp_path: Path) -> None:
-    config = Config(project="p", name="n", checkpoint_root_dir=str(tmp_path))
-    config.buffer.total_steps = 12
-    config.monitor = only(jsonl=True, progress=True)
+    plan = make_plan({"project": "p", "name": "n", "checkpoint_root_dir": str(tmp_path), "buffer.total_steps": 12,
+                      "monitor.monitor_type": "none", "monitor.plot": False})
+    assert plan.monitor == only(jsonl=True, progress=True)
     out = io.StringIO()
-    with Monitor.for_run(config, stream=out) as monitor:
+    with Monitor.for_run(plan, stream=out) as monitor:
         monitor.log({"reward/mean": 1.0}, step=1, phase="train")
     assert (tmp_path / "p" / "n" / METRICS_FILE).is_file()
     assert out.getvalue().startswith("[train] step 1/12 | reward 1")

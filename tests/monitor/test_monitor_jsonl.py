@@ -54,9 +54,9 @@ def test_non_finite_values_are_strict_json_null_and_read_back_as_nan(tmp_path: P
 _CHILD = textwrap.dedent(
     """
     import os, signal, sys
-    from trinity.common.config.schema import MonitorConfig
+    from trinity.common.config.plan.run import MonitorPlan
     from trinity.monitor import Monitor
-    monitor = Monitor(MonitorConfig(tensorboard=False, progress=False, plot=False), sys.argv[1])
+    monitor = Monitor(MonitorPlan("none", {}, False, False, jsonl=True, plot=False, progress=False), sys.argv[1])
     for step in range(1, 4):
         monitor.log({"reward/mean": step / 10}, step=step, phase="train")
     if sys.argv[2] == "kill":

@@ -18,10 +18,11 @@ def test_enabled_without_wandb_is_one_clear_error(tmp_path: Path, monkeypatch: p
     monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` now fails as if it were not installed
     run_dir = tmp_path / "run"
     with pytest.raises(SinkUnavailableError) as caught:
-        Monitor(only(wandb=True, jsonl=True, tensorboard=True, plot=True), run_dir)
+        Monitor(only(wandb=True, jsonl=True, progress=True, plot=True), run_dir)
     message = str(caught.value)
     assert "\n" not in message
-    assert "monitor.wandb" in message and "pip install wandb" in message and "monitor.wandb: false" in message
+    assert "monitor.monitor_type is wandb" in message and "pip install wandb" in message
+    assert "monitor.monitor_type: tensorboard" in message
     assert isinstance(caught.value, ConfigError)  # reported like any other configuration problem
     assert not run_dir.exists()  # failed before writing anything
 
@@ -61,3 +62,16 @@ def test_records_go_to_the_wandb_run(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert ("*", {"step_metric": "step"}) in run.defined
     assert run.logged == [{"train/reward/mean": 0.5, "step": 3}, {"eval/reward/mean": 0.25, "step": 2}]
     assert run.finished == 1
+
+
+def test_monitor_args_reach_wandb_init(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    init_kwargs: dict[str, Any] = {}
+
+    def init(**kwargs: Any) -> _FakeRun:
+        init_kwargs.update(kwargs)
+        return _FakeRun()
+
+    monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(init=init))
+    with Monitor(only(wandb=True, monitor_args={"entity": "team", "tags": ["a"]}), tmp_path, project="proj"):
+        pass
+    assert init_kwargs["entity"] == "team" and init_kwargs["tags"] == ["a"] and init_kwargs["project"] == "proj"

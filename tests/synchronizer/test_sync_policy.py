@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from trinity.common.config.schema import SynchronizerConfig
+from tests.plans import make_plan
 from trinity.synchronizer.policy import SyncPolicy
 
 
 def test_strictly_on_policy_by_default() -> None:
-    policy = SyncPolicy.from_config(SynchronizerConfig())
+    policy = SyncPolicy.from_config(make_plan().sync)
     assert policy.sync_steps(4) == [1, 2, 3, 4]
     assert [policy.required_version(k) for k in range(1, 5)] == [0, 1, 2, 3]
     assert policy.can_explore(3, synced_version=2) and not policy.can_explore(3, synced_version=1)

@@ -8,13 +8,19 @@ from typing import Any
 import pytest
 import torch
 
+from tests.plans import make_plan
 from tests.trainer.support import EngineDouble, TrainerStub
-from trinity.common.config.schema import SynchronizerConfig
+from trinity.common.config.plan.run import SyncPlan
 from trinity.common.constants import SyncMethod
 from trinity.common.models.checksum import state_dict_checksum
 from trinity.synchronizer.checkpoint_sync import load_weights
 from trinity.synchronizer.synchronizer import Synchronizer, SyncTimeoutError
 from trinity.synchronizer.weight_sync import state_dict_bytes
+
+
+def sync_plan(**settings: Any) -> SyncPlan:
+    """The resolved ``synchronizer`` section of a run with these ``synchronizer.*`` settings."""
+    return make_plan({f"synchronizer.{key}": value for key, value in settings.items()}).sync
 
 
 @pytest.fixture
@@ -33,7 +39,7 @@ def trainer(tiny_path: Path) -> TrainerStub:
 def test_three_methods_in_turn_bring_every_engine_to_the_trainer_weights(
     ray_local: Any, engines: list[Any], trainer: TrainerStub, tmp_path: Path
 ) -> None:
-    config = SynchronizerConfig(bucket_size_mb=1, sync_timeout=60)
+    config = sync_plan(bucket_size_mb=1, sync_timeout=60)
     expected_bytes = state_dict_bytes(trainer.state)
     for version, method in enumerate(["online", "checkpoint", "memory", "gloo"], start=1):
         trainer.perturb(0.01 * version)
@@ -59,7 +65,7 @@ def test_in_process_engines_work_too(trainer: TrainerStub, tiny_path: Path) -> N
     local = [EngineDouble(str(tiny_path)), EngineDouble(str(tiny_path))]
     trainer.perturb(0.5)
     for method in ("online", "memory"):
-        sync = Synchronizer(SyncMethod.parse(method, "gloo"), trainer, local, SynchronizerConfig(sync_timeout=60))
+        sync = Synchronizer(SyncMethod.parse(method, "gloo"), trainer, local, sync_plan(sync_timeout=60))
         sync.sync(7)
         sync.close()
         assert [e.state_dict_checksum() for e in local] == [trainer.checksum()] * 2
@@ -69,7 +75,7 @@ def test_in_process_engines_work_too(trainer: TrainerStub, tiny_path: Path) -> N
 def test_a_sync_past_the_timeout_is_one_clear_error(trainer: TrainerStub, tmp_path: Path) -> None:
     slow = EngineDouble()
     slow.set_delay(30.0)
-    sync = Synchronizer(SyncMethod.parse("checkpoint"), trainer, [slow], SynchronizerConfig(sync_timeout=1.0),
+    sync = Synchronizer(SyncMethod.parse("checkpoint"), trainer, [slow], sync_plan(sync_timeout=1.0),
                         checkpoint_path=tmp_path / "sync")
     try:
         with pytest.raises(SyncTimeoutError) as caught:
@@ -85,10 +91,10 @@ def test_a_sync_past_the_timeout_is_one_clear_error(trainer: TrainerStub, tmp_pa
 
 def test_without_engines_only_the_checkpoint_method_does_something(trainer: TrainerStub, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="checkpoint_path"):
-        Synchronizer("checkpoint", trainer, [], SynchronizerConfig())
-    report = Synchronizer("memory", trainer, [], SynchronizerConfig()).sync(1)
+        Synchronizer("checkpoint", trainer, [], sync_plan())
+    report = Synchronizer("memory", trainer, [], sync_plan()).sync(1)
     assert report.bytes == 0 and report.engines == 0
-    publisher = Synchronizer("checkpoint", trainer, [], SynchronizerConfig(), checkpoint_path=tmp_path / "pub")
+    publisher = Synchronizer("checkpoint", trainer, [], sync_plan(), checkpoint_path=tmp_path / "pub")
     published = publisher.sync(4)  # a trainer publishing for an explorer of another job
     state, version = load_weights(tmp_path / "pub")
     assert version == 4 and published.bytes == state_dict_bytes(trainer.state)

@@ -10,7 +10,8 @@ from typing import Any
 
 import torch
 
-from trinity.common.config.schema import Config
+from tests.plans import make_plan
+from trinity.common.config.plan.run import RunPlan
 from trinity.common.experience import Experience
 from trinity.common.models.engine import TensorMeta, WeightSyncGroupInfo
 
@@ -34,20 +35,28 @@ def tiny_model(folder: Path) -> Path:
     return build_tiny_model(folder)
 
 
-def make_config(model_path: Path, root: Path, algorithm: str = "grpo", **trainer: Any) -> Config:
-    """Return a config for a 2-rank CPU trainer on the tiny model, checkpoints under ``root``."""
-    config = Config()
-    config.model.model_path = str(model_path)
-    config.checkpoint_root_dir = str(root)
-    config.algorithm.algorithm_type = algorithm
-    config.algorithm.optimizer.lr = 1e-3
-    config.trainer.trainer_num = 2
-    config.trainer.micro_batch_size = 2
-    config.trainer.use_torch_compile = False
-    config.trainer.save_interval = 0
-    for name, value in trainer.items():
-        setattr(config.trainer, name, value)
-    return config
+def make_trainer_plan(model_path: Path, root: Path, algorithm: str = "grpo", *, world_size: int = 2,
+                      micro_batch_size: int = 2, **overrides: Any) -> RunPlan:
+    """Return the plan of a ``world_size``-rank CPU trainer (mode train) on the tiny model, checkpoints under ``root``.
+
+    Micro-batches hold ``micro_batch_size`` rows; ``overrides`` are dotted config paths (upstream's schema).
+    """
+    actor = "trainer.trainer_config.actor_rollout_ref.actor"
+    return make_plan({
+        "mode": "train",
+        "model.model_path": str(model_path),
+        "checkpoint_root_dir": str(root),
+        "algorithm.algorithm_type": algorithm,
+        "algorithm.repeat_times": 1 if algorithm in ("ppo", "sft", "dpo") else 3,
+        "cluster.gpu_per_node": world_size,
+        # SFT/DPO read a data set (never loaded here: tests hand experiences to the trainer)
+        "buffer.trainer_input.experience_buffer": (
+            {"name": "data", "storage_type": "file", "path": "data.jsonl"} if algorithm in ("sft", "dpo")
+            else {"name": "experience", "storage_type": "sql"}),
+        f"{actor}.ppo_micro_batch_size_per_gpu": micro_batch_size,
+        "trainer.trainer_config.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": micro_batch_size,
+        **overrides,
+    })
 
 
 def make_experiences(

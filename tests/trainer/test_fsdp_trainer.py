@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Iterator
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.trainer.support import EngineDouble, make_config, make_experiences
+from tests.trainer.support import EngineDouble, make_experiences, make_trainer_plan
 from trinity.algorithm import (
     AdvantageInputs,
     PolicyLossInputs,
@@ -22,7 +23,7 @@ from trinity.algorithm import (
     kl_loss,
     token_logprobs,
 )
-from trinity.common.config.schema import Config, SynchronizerConfig
+from trinity.common.config.plan.run import RunPlan
 from trinity.common.constants import SyncMethod
 from trinity.common.experience import Experience, make_batch
 from trinity.common.models.checksum import state_dict_checksum
@@ -36,18 +37,19 @@ ENTROPY_COEF = 0.01
 
 
 @pytest.fixture(scope="module")
-def grpo_config(tiny_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Config:
-    config = make_config(tiny_path, tmp_path_factory.mktemp("grpo"), "grpo", save_interval=1, max_checkpoints=2)
-    config.algorithm.kl_coef = KL_COEF
-    config.algorithm.entropy_coef = ENTROPY_COEF
-    config.algorithm.optimizer.warmup_steps = 2
-    return config
+def grpo_config(tiny_path: Path, tmp_path_factory: pytest.TempPathFactory) -> RunPlan:
+    return make_trainer_plan(tiny_path, tmp_path_factory.mktemp("grpo"), "grpo", **{
+        "trainer.save_interval": 1, "trainer.max_checkpoints_to_keep": 2,
+        "algorithm.kl_loss_fn": "low_var_kl", "algorithm.kl_loss_fn_args": {"kl_coef": KL_COEF},
+        "algorithm.entropy_loss_fn": "default", "algorithm.entropy_loss_fn_args": {"entropy_coef": ENTROPY_COEF},
+        "algorithm.optimizer.lr_warmup_steps": 2,
+    })
 
 
 @pytest.fixture(scope="module")
-def grpo(ray_local: Any, grpo_config: Config) -> Iterator[dict[str, Any]]:
+def grpo(ray_local: Any, grpo_config: RunPlan) -> Iterator[dict[str, Any]]:
     """A holder, so the resume test can replace the trainer it killed."""
-    holder: dict[str, Any] = {"trainer": FSDPTrainer(grpo_config, num_cpus_per_worker=0)}
+    holder: dict[str, Any] = {"trainer": FSDPTrainer(grpo_config, world_size=2, num_cpus_per_worker=0)}
     yield holder
     holder["trainer"].shutdown()
 
@@ -66,7 +68,7 @@ def reference_step(model_path: Path, experiences: list[Experience], pad: int) ->
     logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
     logprobs = token_logprobs(logits, batch.input_ids)
     policy, _ = compute_policy_loss("ppo", PolicyLossInputs(logprobs=logprobs, response_mask=mask, old_logprobs=old,
-                                                            advantages=advantages), aggregation="token-mean")
+                                                            advantages=advantages), loss_agg_mode="token-mean")
     kl, _ = kl_loss(logprobs, old, mask, coef=KL_COEF, kl_fn="low_var_kl")
     bonus, _ = entropy_bonus(entropy_from_logits(logits[:, :-1]), mask, coef=ENTROPY_COEF)
     loss = policy + kl - bonus
@@ -104,7 +106,7 @@ def test_grpo_step_matches_one_process_and_updates_weights(grpo: dict[str, Any],
     assert second["lr"] == pytest.approx(1e-3) and second["kl"] > 0 and math.isfinite(second["loss"])
 
 
-def test_checkpoints_every_step_keep_the_newest_two(grpo: dict[str, Any], grpo_config: Config) -> None:
+def test_checkpoints_every_step_keep_the_newest_two(grpo: dict[str, Any], grpo_config: RunPlan) -> None:
     trainer: FSDPTrainer = grpo["trainer"]
     trainer.train_step(make_experiences(seed=2), checkpoint_extra={"task_position": 18, "buffer_position": 3})
     root = trainer.checkpoint_dir
@@ -124,8 +126,8 @@ def test_sync_from_the_trainer_into_an_engine(grpo: dict[str, Any], tiny_path: P
     for method in ("online", "checkpoint"):
         engine = EngineDouble(str(tiny_path))  # the initial weights
         assert engine.state_dict_checksum() != expected
-        sync = Synchronizer(SyncMethod.parse(method), trainer, [engine], SynchronizerConfig(bucket_size_mb=1),
-                            checkpoint_path=tmp_path / "sync")
+        settings = dataclasses.replace(trainer.run.sync, bucket_size_mb=1)
+        sync = Synchronizer(SyncMethod.parse(method), trainer, [engine], settings, checkpoint_path=tmp_path / "sync")
         report = sync.sync(trainer.step)
         sync.close()
         assert engine.state_dict_checksum() == expected and engine.version == trainer.step
@@ -148,7 +150,8 @@ def test_sync_from_the_trainer_into_a_tensor_parallel_vllm_engine(grpo: dict[str
         try:
             assert engine.state_dict_checksum() != expected  # the initial weights
             for offset, method in enumerate(("online", "checkpoint", "memory"), start=1):
-                sync = Synchronizer(SyncMethod.parse(method), trainer, [engine], SynchronizerConfig(bucket_size_mb=1),
+                settings = dataclasses.replace(trainer.run.sync, bucket_size_mb=1)
+                sync = Synchronizer(SyncMethod.parse(method), trainer, [engine], settings,
                                     checkpoint_path=tmp_path / "sync")
                 try:
                     sync.sync(100 * offset)
@@ -177,7 +180,7 @@ def test_converter_output_gives_the_trainer_logits(grpo: dict[str, Any], tmp_pat
     ids = torch.tensor([tokenizer("What is 3 plus 4? The answer is")["input_ids"]])
     with torch.no_grad():
         assert torch.equal(converted(input_ids=ids).logits, reference(input_ids=ids).logits)
-    initial = AutoModelForCausalLM.from_pretrained(trainer.config.model.model_path, dtype=torch.float32)
+    initial = AutoModelForCausalLM.from_pretrained(trainer.run.model.path, dtype=torch.float32)
     with torch.no_grad():
         assert not torch.allclose(converted(input_ids=ids).logits, initial(input_ids=ids).logits)
     with pytest.raises(ConversionError, match="exists"):
@@ -209,7 +212,7 @@ def test_conversion_needs_no_device_nor_process_group(grpo: dict[str, Any], tmp_
 
 
 def test_save_kill_resume_restores_step_optimizer_and_weights(
-    grpo: dict[str, Any], grpo_config: Config, ray_local: Any
+    grpo: dict[str, Any], grpo_config: RunPlan, ray_local: Any
 ) -> None:
     trainer: FSDPTrainer = grpo["trainer"]
     weights = trainer.full_state_dict()
@@ -217,7 +220,7 @@ def test_save_kill_resume_restores_step_optimizer_and_weights(
     assert optimizers[0]["step"] == 3 and optimizers[0]["state"]
     trainer.kill()  # as a crash would: no clean-up
 
-    resumed = FSDPTrainer(grpo_config, num_cpus_per_worker=0)
+    resumed = FSDPTrainer(grpo_config, world_size=2, num_cpus_per_worker=0)
     grpo["trainer"] = resumed
     assert resumed.step == 0
     restored = resumed.resume()
@@ -235,4 +238,4 @@ def test_save_kill_resume_restores_step_optimizer_and_weights(
     metrics = resumed.train_step(make_experiences(seed=4))
     assert metrics["step"] == 4.0 and math.isfinite(metrics["loss"])
     with pytest.raises(CheckpointError, match="no complete trainer checkpoint"):
-        resumed.resume(grpo_config.checkpoint_root_dir + "/missing")
+        resumed.resume(str(grpo_config.run_dir / "missing"))

@@ -9,15 +9,20 @@ from typing import Any
 import pytest
 import torch
 
-from tests.trainer.support import make_config, make_experiences
+from tests.trainer.support import make_experiences, make_trainer_plan
 from trinity.trainer.trainer import FSDPTrainer
 
 
 def test_ppo_step_trains_actor_and_critic(ray_local: Any, tiny_path: Path, tmp_path: Path) -> None:
-    config = make_config(tiny_path, tmp_path, "ppo", ppo_epochs=2)
-    config.algorithm.kl_coef = 0.02  # PPO's KL goes into the rewards: the reference model is loaded
-    config.algorithm.optimizer.critic_lr = 5e-3
-    trainer = FSDPTrainer(config, num_cpus_per_worker=0)
+    plan = make_trainer_plan(tiny_path, tmp_path, "ppo", **{
+        # a KL reward penalty (the reference model is loaded) instead of upstream's default k2 KL loss
+        "algorithm.kl_penalty_fn": "k1", "algorithm.kl_penalty_fn_args": {"kl_coef": 0.02},
+        "algorithm.kl_loss_fn": "none",
+        "trainer.trainer_config.actor_rollout_ref.actor.ppo_epochs": 2,
+        "trainer.trainer_config.critic": {"optim": {"lr": 5e-3}, "ppo_epochs": 2, "cliprange_value": 0.5,
+                                          "ppo_micro_batch_size_per_gpu": 2},
+    })
+    trainer = FSDPTrainer(plan, world_size=2, num_cpus_per_worker=0)
     try:
         assert all(info["critic"] and info["reference"] for info in trainer.rank_info)
         actor_before, critic_before = trainer.full_state_dict(), trainer.critic_state_dict()
@@ -42,9 +47,9 @@ def test_ppo_step_trains_actor_and_critic(ray_local: Any, tiny_path: Path, tmp_p
 
 
 def test_sft_steps_lower_the_loss(ray_local: Any, tiny_path: Path, tmp_path: Path) -> None:
-    config = make_config(tiny_path, tmp_path, "sft", trainer_num=1, micro_batch_size=4)
-    config.algorithm.optimizer.lr = 5e-3
-    trainer = FSDPTrainer(config, in_process=True)
+    plan = make_trainer_plan(tiny_path, tmp_path, "sft", world_size=1, micro_batch_size=4,
+                             **{"algorithm.optimizer.lr": 5e-3})
+    trainer = FSDPTrainer(plan, world_size=1, in_process=True)
     try:
         assert trainer.rank_info[0] == {
             "rank": 0, "backend": "cpu:gloo", "device": "cpu", "local_params": trainer.rank_info[0]["local_params"],
@@ -63,9 +68,9 @@ def test_sft_steps_lower_the_loss(ray_local: Any, tiny_path: Path, tmp_path: Pat
 
 
 def test_dpo_step_prefers_the_chosen_responses(ray_local: Any, tiny_path: Path, tmp_path: Path) -> None:
-    config = make_config(tiny_path, tmp_path, "dpo", trainer_num=1, micro_batch_size=3)  # rounded up to whole pairs
-    config.algorithm.optimizer.lr = 5e-3
-    trainer = FSDPTrainer(config, in_process=True)
+    plan = make_trainer_plan(tiny_path, tmp_path, "dpo", world_size=1, micro_batch_size=3,  # whole pairs: 4 rows
+                             **{"algorithm.optimizer.lr": 5e-3})
+    trainer = FSDPTrainer(plan, world_size=1, in_process=True)
     try:
         assert trainer.rank_info[0]["reference"] and not trainer.rank_info[0]["critic"]
         pairs = make_experiences(groups=1, group_size=3, seed=7, rejected=True)

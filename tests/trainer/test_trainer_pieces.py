@@ -9,10 +9,12 @@ import pytest
 import torch
 
 from tests.device import plugins
-from tests.trainer.support import make_config, make_experiences
+from tests.trainer.support import make_experiences, make_trainer_plan
 from trinity import device
 from trinity.algorithm import UnknownOptionError
+from trinity.common.config import ConfigError
 from trinity.common.config.schema import AlgorithmConfig
+from trinity.common.config.validator import resolve_layout
 from trinity.common.experience import make_batch
 from trinity.common.registry import UnknownNameError
 from trinity.device import CompileSupport, hookimpl
@@ -31,28 +33,29 @@ from trinity.trainer.checkpoint import CheckpointDir, CheckpointError, resolve_c
 from trinity.trainer.fsdp_worker import FSDPWorker
 from trinity.trainer.models import TorchCompileUnsupportedError, resolve_torch_compile
 from trinity.trainer.plan import PlanError, resolve_plan
-from trinity.trainer.trainer import FSDPTrainer
 
 # --- the plan ---------------------------------------------------------------------------
 
 
 def test_plans_follow_the_algorithm_types() -> None:
     grpo = resolve_plan(AlgorithmConfig(algorithm_type="grpo"))
-    assert (grpo.policy_loss_fn, grpo.advantage_fn, grpo.use_critic) == ("ppo", "grpo", False)
-    assert grpo.kl_target == "none" and not grpo.use_reference  # kl_coef 0: no reference model to run
-    with_kl = resolve_plan(AlgorithmConfig(algorithm_type="grpo", kl_coef=0.1))
-    assert (with_kl.kl_target, with_kl.kl_fn, with_kl.use_reference) == ("loss", "low_var_kl", True)
-    ppo = resolve_plan(AlgorithmConfig(algorithm_type="ppo", kl_coef=0.1))
-    assert (ppo.advantage_fn, ppo.use_critic, ppo.kl_target, ppo.kl_fn) == ("gae", True, "reward", "k1")
+    assert (grpo.policy_loss_fn, grpo.advantage_fn, grpo.advantage_in, grpo.use_critic) == ("ppo", "grpo", "buffer",
+                                                                                          False)
+    assert grpo.kl_loss is not None and (grpo.kl_loss.fn, grpo.kl_loss.coef) == ("k2", 0.001)  # upstream's default
+    assert grpo.use_reference and grpo.kl_penalty is None
+    no_kl = resolve_plan(AlgorithmConfig(algorithm_type="grpo", kl_loss_fn_args={"kl_coef": 0.0}))
+    assert no_kl.kl_loss is None and not no_kl.use_reference  # kl_coef 0: no reference model to run
+    ppo = resolve_plan(AlgorithmConfig(algorithm_type="ppo", kl_penalty_fn="k1", kl_penalty_fn_args={"kl_coef": 0.1}))
+    assert (ppo.advantage_fn, ppo.advantage_in, ppo.use_critic) == ("ppo", "trainer", True)
+    assert ppo.kl_penalty is not None and (ppo.kl_penalty.fn, ppo.kl_penalty.coef) == ("k1", 0.1)
+    assert ppo.kl_loss is not None  # a penalty and a loss at once, as upstream allows
     sft = resolve_plan(AlgorithmConfig(algorithm_type="sft"))
     assert (sft.advantage_fn, sft.needs_old_logprobs, sft.use_reference, sft.policy_units) == (None, False, False,
                                                                                              "token")
     dpo = resolve_plan(AlgorithmConfig(algorithm_type="dpo"))
-    assert dpo.paired and dpo.use_reference and dpo.policy_units == "row" and dpo.kl_target == "none"
+    assert dpo.paired and dpo.use_reference and dpo.policy_units == "row" and dpo.kl_loss is not None
     gspo = resolve_plan(AlgorithmConfig(policy_loss_fn="gspo", loss_agg_mode="seq-mean-token-mean"))
-    assert gspo.policy_loss_options == {"aggregation": "seq-mean-token-mean"} and gspo.policy_units == "seq"
-    penalty = resolve_plan(AlgorithmConfig(kl_penalty_fn="k3", kl_coef=0.2))
-    assert (penalty.kl_target, penalty.kl_fn) == ("reward", "k3")
+    assert gspo.policy_loss_options["loss_agg_mode"] == "seq-mean-token-mean" and gspo.policy_units == "seq"
 
 
 def test_plan_errors_are_named() -> None:
@@ -60,12 +63,12 @@ def test_plan_errors_are_named() -> None:
         resolve_plan(AlgorithmConfig(algorithm_type="grpoo"))
     with pytest.raises(UnknownOptionError, match="clip_rnage"):
         resolve_plan(AlgorithmConfig(policy_loss_fn_args={"clip_rnage": 0.1}))
-    with pytest.raises(PlanError, match="at most one"):
-        resolve_plan(AlgorithmConfig(kl_loss_fn="k1", kl_penalty_fn="k1", kl_coef=0.1))
-    with pytest.raises(PlanError, match="needs an advantage function"):
-        resolve_plan(AlgorithmConfig(algorithm_type="sft", kl_penalty_fn="k1", kl_coef=0.1))
+    with pytest.raises(PlanError, match="upstream ignores"):
+        resolve_plan(AlgorithmConfig(algorithm_type="grpo", kl_penalty_fn="k1"))
+    with pytest.raises(PlanError, match="computes no advantages"):
+        resolve_plan(AlgorithmConfig(algorithm_type="sft", advantage_fn="grpo"))
     with pytest.raises(UnknownNameError):
-        resolve_plan(AlgorithmConfig(kl_loss_fn="k9", kl_coef=0.1))
+        resolve_plan(AlgorithmConfig(kl_loss_fn="k9"))
 
 
 # --- batching ---------------------------------------------------------------------------
@@ -166,10 +169,12 @@ def test_compile_follows_the_backend_and_an_explicit_true_is_refused(
     message = str(caught.value)
     assert "'nocompile'" in message and "inductor has no driver for this device" in message
     assert "trainer.use_torch_compile" in message and "\n" not in message
-    config = make_config(tmp_path / "model", tmp_path, "grpo", use_torch_compile=True)
-    with pytest.raises(TorchCompileUnsupportedError, match="inductor has no driver"):
-        FSDPWorker(config, 0, 1)
-    with pytest.raises(TorchCompileUnsupportedError, match="inductor has no driver"):
-        FSDPTrainer(config)  # refused before any rank starts
-    config.trainer.use_torch_compile = None
-    assert FSDPWorker(config, 0, 1).use_torch_compile is False
+    # the layout decides, before any rank starts; the ranks take its decision
+    backend = device.current_backend()
+    plan = make_trainer_plan(tmp_path / "model", tmp_path, "grpo", **{"trainer.use_torch_compile": True})
+    with pytest.raises(ConfigError, match=r"use_torch_compile: true is not supported .* inductor has no driver"):
+        resolve_layout(plan, backend, {}, [])
+    plan = make_trainer_plan(tmp_path / "model", tmp_path, "grpo", **{"trainer.use_torch_compile": None})
+    layout = resolve_layout(plan, backend, {}, [])
+    assert layout.use_torch_compile is False
+    assert FSDPWorker(plan, 0, 1, use_torch_compile=layout.use_torch_compile).use_torch_compile is False

@@ -7,8 +7,8 @@ import dataclasses
 import pytest
 import torch
 
+from tests.plans import make_plan
 from tests.workflows.scripted import ScriptedEngine, cycling
-from trinity.common.config.schema import ModelConfig, TaskSetConfig
 from trinity.common.models.engine import SamplingParams
 from trinity.common.models.hf_engine import HFEngine
 from trinity.common.registry import UnknownNameError
@@ -23,13 +23,20 @@ from trinity.common.workflows import (
 
 
 def test_task_from_a_task_set_record() -> None:
-    task_set = TaskSetConfig(name="eval/gsm", workflow="math", reward_fn="math_accuracy", temperature=0.0,
-                             workflow_args={"format_weight": 0.1}, repeat_times=2)
+    plan = make_plan({"buffer.explorer_input.eval_tasksets": [{
+        "name": "eval/gsm", "path": "gsm.jsonl", "default_workflow_type": "math",
+        "default_reward_fn_type": "math_accuracy", "rollout_args": {"temperature": 0.0},
+        "workflow_args": {"format_weight": 0.1}, "repeat_times": 2,
+    }]})
+    (task_set,) = plan.buffer.eval_tasksets
     record = {"prompt": "1+1?", "answer": "2", "raw": {"question": "1+1?", "answer": "2", "id": 9}, "index": 4}
-    task = Task.from_record(record, task_set, epoch=1, step=7, is_eval=True)
+    task = Task.from_record(record, task_set, epoch=1, step=7)
     assert (task.prompt, task.answer, task.index, task.epoch, task.step) == ("1+1?", "2", 4, 1, 7)
     assert task.repeat_times == 2 and task.raw["id"] == 9 and task.is_eval
-    assert task.sampling == {"temperature": 0.0} and task.workflow_args == {"format_weight": 0.1}
+    assert (task.workflow, task.reward_fn) == ("math", "math_accuracy")
+    # the task set's whole rollout sampling (its rollout_args over the model's defaults) rides on the task
+    assert task.sampling == {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "max_tokens": 8}
+    assert task.workflow_args == {"format_weight": 0.1}
     assert task.group_id == "eval/gsm/e1/t4/s7"
     assert Task.from_record(record, task_set, repeat_times=8).repeat_times == 8
     with pytest.raises(ValueError, match="repeat_times"):
@@ -46,8 +53,13 @@ def test_registry_and_factory_errors() -> None:
         make_workflow("math", args={"no_such_arg": 1})
     workflow = make_workflow("math", SamplingParams(temperature=0.3), {"format_weight": 0.5})
     assert isinstance(workflow, MathWorkflow) and workflow.format_weight == 0.5
-    model = ModelConfig(temperature=0.7, top_p=0.9, top_k=5, max_response_tokens=33)
-    assert sampling_from_model(model) == SamplingParams(temperature=0.7, top_p=0.9, top_k=5, max_tokens=33)
+    plan = make_plan({"model.temperature": 0.7, "model.top_p": 0.9, "model.top_k": 5, "model.max_response_tokens": 33})
+    assert sampling_from_model(plan.model) == SamplingParams(max_tokens=33)
+    # the model's sampling settings reach the tasks through their task set
+    assert plan.buffer.train_taskset is not None
+    train = Task.from_record({"prompt": "q", "index": 0}, plan.buffer.train_taskset)
+    assert dataclasses.replace(sampling_from_model(plan.model), **train.sampling) == SamplingParams(
+        temperature=0.7, top_p=0.9, top_k=5, max_tokens=33)
 
 
 def test_sampling_for_applies_task_overrides_and_repeat_times() -> None:

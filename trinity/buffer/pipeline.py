@@ -5,13 +5,15 @@ Built-in processors:
 * :class:`RewardShaping`: applies :data:`~trinity.buffer.shaping.REWARD_SHAPERS`
   in turn to each reward; the reward before shaping is kept in
   ``info["raw_reward"]``.
-* :class:`GroupAdvantages`: for group-based algorithms (``grpo``, ``rloo``,
-  ``opmd``: see :data:`GROUP_ADVANTAGE_FNS`), holds each group until all its
-  ``group_size`` members have arrived, then calls the advantage function of
+* :class:`GroupAdvantages`: for algorithms whose advantages are computed in
+  the buffer (``grpo``, ``opmd``, ... : the plan's ``advantage_in``), holds
+  each group until all its ``group_size`` members have arrived (or the
+  explorer step is over), then calls the advantage function of
   :data:`~trinity.algorithm.advantage.ADVANTAGE_FNS` by name on a
   :func:`~trinity.common.experience.make_batch` of the complete groups and
   writes per-token ``advantages`` and ``returns`` into each experience (and
-  ``info["group_size"]``, which the sample strategies use).
+  ``info["group_size"]``, which the sample strategies use); groups the
+  plan's group filter skips (``std_threshold``) are dropped.
 
 A group whose members will never all arrive (a failed rollout) stays held
 until :meth:`ExperiencePipeline.flush`, which releases it as it is.
@@ -31,37 +33,30 @@ import torch
 
 from trinity.algorithm.advantage import ADVANTAGE_FNS, AdvantageInputs
 from trinity.algorithm.options import check_options
+from trinity.buffer.catalog import REWARD_SHAPERS
 from trinity.buffer.sampling import GroupAssembler
-from trinity.buffer.shaping import REWARD_SHAPERS
 from trinity.buffer.storage.base import ExperienceStorage
-from trinity.common.config.schema import AlgorithmConfig
 from trinity.common.experience import Experience, make_batch
-
-#: Advantage functions whose result for a rollout depends only on its own group: computed here, in the buffer.
-#: Others (``gae``/``ppo`` need critic values, ``reinforce_plus_plus`` whitens over the whole batch) belong
-#: to the trainer.
-GROUP_ADVANTAGE_FNS = frozenset({"grpo", "rloo", "opmd"})
 
 
 def computes_in_buffer(advantage_fn: str) -> bool:
-    """Return whether the advantage function ``advantage_fn`` is computed by the pipeline (group-local)."""
-    return advantage_fn.strip().lower() in GROUP_ADVANTAGE_FNS
+    """Return whether the advantage function ``advantage_fn`` is group-local (so the buffer may compute it)."""
+    from trinity.algorithm.catalog import ADVANTAGES
+
+    info = ADVANTAGES.info(advantage_fn)
+    return bool(info is not None and info.group_local)
 
 
-def buffer_advantage_fn(algorithm: AlgorithmConfig) -> str:
-    """Return the advantage function the pipeline computes for ``algorithm``, or ``""`` when the trainer does.
+def buffer_advantage_fn(training: Any) -> str:
+    """Return the advantage function the pipeline computes for a training plan, or ``""`` when the trainer does.
 
-    The name is ``algorithm.advantage_fn``, else the algorithm type's default
-    (:data:`~trinity.algorithm.algorithms.ALGORITHMS`). It is computed in the
-    buffer only when it is group-local and no KL reward penalty (which needs
-    the reference model, in the trainer) changes the rewards first. Raises
-    UnknownNameError for an unknown algorithm type.
+    The algorithm type decides (upstream's ``compute_advantage_in_trainer``):
+    ``training.advantage_in`` is ``buffer`` for group advantages (GRPO, OPMD,
+    ...), ``trainer`` for those that need the critic, the whole batch or a KL
+    penalty from the reference model.
     """
-    from trinity.algorithm.algorithms import ALGORITHMS
-
-    spec = ALGORITHMS.get(algorithm.algorithm_type)
-    name = algorithm.advantage_fn or spec.advantage_fn or ""
-    return name if name and computes_in_buffer(name) and not algorithm.kl_penalty_fn else ""
+    name = str(getattr(training, "advantage_fn", None) or "")
+    return name if name and getattr(training, "advantage_in", "") == "buffer" else ""
 
 
 class ExperienceProcessor(ABC):
@@ -116,13 +111,22 @@ class GroupAdvantages(ExperienceProcessor):
         *,
         group_size: int,
         pad_token_id: int = 0,
+        group_filter: Any = None,
     ) -> None:
-        """Raises UnknownNameError / UnknownOptionError (one line) for a bad function or option name."""
+        """Raises UnknownNameError / UnknownOptionError (one line) for a bad function or option name.
+
+        ``group_filter`` (a plan's ``GroupFilter``) drops the rows of groups the
+        advantage function skips (``std_threshold``), refilling with copies of
+        kept groups when it says so.
+        """
         fn = ADVANTAGE_FNS.get(advantage_fn)
+        self.group_filter = group_filter
         self.options = dict(options or {})
         check_options(ADVANTAGE_FNS.kind, advantage_fn, fn, self.options)
         self.fn = fn
         self.name = advantage_fn
+        #: Rows dropped by the group filter so far.
+        self.dropped = 0
         self.pad_token_id = pad_token_id
         self.assembler = GroupAssembler(group_size)
 
@@ -146,19 +150,38 @@ class GroupAdvantages(ExperienceProcessor):
         batch = make_batch(members, self.pad_token_id)
         with torch.no_grad():
             advantages, returns = self.fn(AdvantageInputs.from_batch(batch), **self.options)
+        sizes = [len(group) for group in groups for _ in group]
         out = []
-        row = 0
-        for group in groups:
-            for exp in group:
-                start, stop = exp.prompt_length - 1, len(exp.tokens) - 1
-                out.append(dataclasses.replace(
-                    exp,
-                    advantages=advantages[row, start:stop].clone(),
-                    returns=returns[row, start:stop].clone(),
-                    info={**exp.info, "group_size": len(group)},
-                ))
-                row += 1
-        return out
+        for row, exp in enumerate(members):
+            start, stop = exp.prompt_length - 1, len(exp.tokens) - 1
+            out.append(dataclasses.replace(
+                exp,
+                advantages=advantages[row, start:stop].clone(),
+                returns=returns[row, start:stop].clone(),
+                info={**exp.info, "group_size": sizes[row]},
+            ))
+        return self._filter(out, batch)
+
+    def _filter(self, out: list[Experience], batch: Any) -> list[Experience]:
+        """Drop (and refill) rows by the plan's group filter; the input when there is none."""
+        rule = self.group_filter
+        if rule is None or not out:
+            return out
+        from trinity.algorithm.group_filter import kept_rows
+
+        keep = kept_rows(batch.rewards, batch.group_index, std_threshold=rule.std_threshold,
+                         duplicate_experiences=rule.duplicate_experiences,
+                         run_index=batch.run_index if rule.by_episode else None)
+        self.dropped += len(out) - len(set(keep.tolist()))
+        kept = []
+        times: dict[int, int] = {}
+        for index in keep.tolist():
+            exp = out[index]
+            times[index] = times.get(index, 0) + 1
+            if times[index] > 1:  # the n-th copy of a group is a group of its own, shared by its members
+                exp = dataclasses.replace(exp, group_id=f"{exp.group_id}/copy-{times[index] - 1}")
+            kept.append(exp)
+        return kept
 
     def process(self, experiences: list[Experience]) -> list[Experience]:
         """Hold ``experiences`` by group and return the members of every group now complete, with advantages."""
@@ -179,11 +202,15 @@ class ExperiencePipeline:
     """A chain of processors, optionally writing its output to a storage."""
 
     def __init__(self, processors: Sequence[ExperienceProcessor] = (), storage: ExperienceStorage | None = None):
+        #: Where every experience is also stored as explored, before the processors (None: nowhere).
+        self.recorder: ExperienceStorage | None = None
         self.processors = list(processors)
         self.storage = storage
 
     def process(self, experiences: Sequence[Experience]) -> list[Experience]:
-        """Run ``experiences`` through every processor; returns what comes out of the last one."""
+        """Record ``experiences`` (when there is a recorder), run them through every processor; return the output."""
+        if self.recorder is not None and experiences:
+            self.recorder.put(list(experiences))
         out = list(experiences)
         for processor in self.processors:
             out = processor.process(out)
@@ -196,9 +223,29 @@ class ExperiencePipeline:
             out = (processor.process(out) if out else []) + processor.flush()
         return out
 
+    def close(self) -> None:
+        """Close and release the recorder (the experience storage is the launcher's to close)."""
+        if self.recorder is not None:
+            try:
+                self.recorder.close()
+            finally:
+                self.recorder.release()
+                self.recorder = None
+
     def held(self) -> int:
         """Return the number of experiences held by the processors."""
         return sum(p.held() for p in self.processors)
+
+    def write_step(self, experiences: Sequence[Experience], timeout: float | None = None) -> list[Experience]:
+        """Process every experience of an explorer step, release what is still held, store it all in one call.
+
+        A step's results hold every rollout of its tasks, so a group still
+        incomplete afterwards (a failed task) never completes: it is released
+        as it is. Returns what was stored (groups a filter dropped are not).
+        """
+        stored = self.process(experiences) + self.flush()
+        self._put(stored, timeout)
+        return stored
 
     def write(self, experiences: Sequence[Experience], timeout: float | None = None) -> int:
         """Process ``experiences`` and put the result into the storage in one call; returns how many were stored.
@@ -227,12 +274,13 @@ def build_pipeline(
     group_size: int = 1,
     pad_token_id: int = 0,
     storage: ExperienceStorage | None = None,
+    group_filter: Any = None,
 ) -> ExperiencePipeline:
     """Return the pipeline for a run.
 
     ``reward_shaping`` is a list of ``{"name": <shaper>, "args": {...}}``
     (applied in order). ``advantage_fn``, when set, adds group advantages
-    (use it for the names of :data:`GROUP_ADVANTAGE_FNS`; others need what only
+    (use it for group-local functions, see :func:`computes_in_buffer`; others need what only
     the trainer has). Raises ValueError (one line) for a malformed shaping
     entry, UnknownNameError / UnknownOptionError for unknown names or options.
     """
@@ -250,28 +298,34 @@ def build_pipeline(
         processors.append(RewardShaping(specs))
     if advantage_fn:
         processors.append(GroupAdvantages(advantage_fn, advantage_options, group_size=group_size,
-                                          pad_token_id=pad_token_id))
+                                          pad_token_id=pad_token_id, group_filter=group_filter))
     return ExperiencePipeline(processors, storage)
 
 
-def pipeline_for_algorithm(
-    algorithm: AlgorithmConfig,
+def pipeline_for_plan(
+    plan: Any,
     *,
-    reward_shaping: Sequence[Mapping[str, Any]] = (),
     pad_token_id: int = 0,
     storage: ExperienceStorage | None = None,
+    recorder: ExperienceStorage | None = None,
 ) -> ExperiencePipeline:
-    """Return the pipeline of a run: reward shaping, then group advantages when :func:`buffer_advantage_fn` says so.
+    """Return the pipeline of a run (a ``RunPlan``): its operators, then group advantages when the buffer computes them.
 
-    Groups have ``algorithm.repeat_times`` members; the advantage options are
-    ``algorithm.advantage_fn_args``. Raises as :func:`build_pipeline`.
+    Groups have ``algorithm.repeat_times`` members; the advantage options are the
+    training plan's. ``recorder``, when given, also stores every experience as
+    explored, before any operator (``experience_pipeline.save_input``). Raises as
+    :func:`build_pipeline`.
     """
-    name = buffer_advantage_fn(algorithm)
-    return build_pipeline(
-        reward_shaping=reward_shaping,
+    training = plan.algorithm
+    name = buffer_advantage_fn(training)
+    pipeline = build_pipeline(
+        reward_shaping=[{"name": op.name, "args": dict(op.args)} for op in plan.buffer.operators],
         advantage_fn=name,
-        advantage_options=algorithm.advantage_fn_args if name else None,
-        group_size=algorithm.repeat_times,
+        advantage_options=dict(getattr(training, "advantage_options", {}) or {}) if name else None,
+        group_size=plan.config.algorithm.repeat_times,
         pad_token_id=pad_token_id,
         storage=storage,
+        group_filter=getattr(training, "group_filter", None) if name else None,
     )
+    pipeline.recorder = recorder
+    return pipeline

@@ -28,10 +28,10 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any
 
+from trinity.buffer.catalog import SAMPLE_STRATEGIES
 from trinity.buffer.errors import BufferExhaustedError
 from trinity.buffer.storage.base import Deadline, ExperienceStorage
 from trinity.common.experience import Experience
-from trinity.common.registry import Registry
 
 logger = logging.getLogger(__name__)
 
@@ -118,8 +118,8 @@ class SampleStrategy:
         """Return the group to train on (possibly changed), or None to drop it; ``default`` keeps every group."""
         return group
 
-    def sample(self, trainer_version: int, timeout: float | None = None) -> list[Experience]:
-        """Return the experiences of the next ``batch_size`` accepted groups, in order.
+    def sample(self, trainer_version: int, timeout: float | None = None, groups: int | None = None) -> list[Experience]:
+        """Return the experiences of the next ``batch_size`` (or ``groups``) accepted groups, in order.
 
         Waits up to ``timeout`` seconds (None: forever); on timeout every group
         already taken is kept for the next call and StorageTimeoutError is
@@ -129,10 +129,11 @@ class SampleStrategy:
         is raised.
         """
         deadline = Deadline(timeout)
+        wanted_groups = self.batch_size if groups is None else groups
         originals: list[Group] = []  # as read, to give back unchanged if this call fails
         taken: list[Group] = []  # as accepted
         try:
-            while len(taken) < self.batch_size:
+            while len(taken) < wanted_groups:
                 group = self.assembler.pop()
                 if group is not None:
                     kept = self.accept(group, trainer_version)
@@ -142,7 +143,7 @@ class SampleStrategy:
                     continue
                 try:
                     # whatever is there, up to what the batch still needs: never wait for more than exists
-                    wanted = self.assembler.missing(self.batch_size - len(taken))
+                    wanted = self.assembler.missing(wanted_groups - len(taken))
                     fresh = self.storage.get(wanted, timeout=deadline.remaining(), at_least=1)
                 except BufferExhaustedError:
                     released = self.assembler.release_incomplete()
@@ -168,6 +169,10 @@ class SampleStrategy:
     def metrics(self) -> dict[str, float]:
         """Return running counters (``sampled_groups``, ``sampled_experiences``, strategy-specific ones)."""
         return dict(self.stats)
+
+    def describe(self) -> str:
+        """Return what this strategy reads, for messages."""
+        return self.storage.describe()
 
     def state_dict(self) -> dict[str, Any]:
         """Return the storage's read position, the held experiences and the counters (JSON-serialisable)."""
@@ -251,10 +256,12 @@ class StalenessStrategy(SampleStrategy):
 
 StrategyFactory = Callable[..., SampleStrategy]
 
-#: Sample strategies, by name: ``factory(storage, *, batch_size, group_size, **options)``.
-SAMPLE_STRATEGIES: Registry[StrategyFactory] = Registry("sample strategy")
-SAMPLE_STRATEGIES.add("default", SampleStrategy)
-SAMPLE_STRATEGIES.add("staleness", StalenessStrategy)
+def staleness_control(
+    storage: ExperienceStorage, *, batch_size: int, group_size: int = 1, max_staleness: int | None = None
+) -> StalenessStrategy:
+    """Return upstream's ``staleness_control``: drop groups more than ``max_staleness`` versions old (None: never)."""
+    limit = max_staleness if max_staleness is not None else 2**62
+    return StalenessStrategy(storage, batch_size=batch_size, group_size=group_size, max_staleness=limit, mode="drop")
 
 
 def make_sample_strategy(
@@ -273,4 +280,5 @@ def make_sample_strategy(
         raise ValueError(
             f"sample strategy {name!r} has no option {unknown[0]!r} (options: {', '.join(known) or 'none'})"
         )
-    return factory(storage, batch_size=batch_size, group_size=group_size, **options)
+    strategy: SampleStrategy = factory(storage, batch_size=batch_size, group_size=group_size, **options)
+    return strategy

@@ -11,22 +11,18 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from trinity.common.experience import Experience
-from trinity.common.registry import Registry
 
 #: ``(reward, experience, **options) -> shaped reward``
 RewardShaper = Callable[..., float]
 
 #: Reward shapers, by name.
-REWARD_SHAPERS: Registry[RewardShaper] = Registry("reward shaper")
 
 
-@REWARD_SHAPERS.register("scale")
 def scale_reward(reward: float, experience: Experience, *, scale: float = 1.0, shift: float = 0.0) -> float:
     """Return ``reward * scale + shift``."""
     return reward * scale + shift
 
 
-@REWARD_SHAPERS.register("length_penalty")
 def length_penalty(
     reward: float, experience: Experience, *, coef: float = 0.001, free_tokens: int = 0, max_penalty: float = 0.0
 ) -> float:
@@ -46,7 +42,6 @@ def length_penalty(
     return reward - penalty
 
 
-@REWARD_SHAPERS.register("clip")
 def clip_reward(reward: float, experience: Experience, *, low: float = -1.0, high: float = 1.0) -> float:
     """Return ``reward`` clipped to ``[low, high]``; raises ValueError when ``low > high``."""
     if low > high:

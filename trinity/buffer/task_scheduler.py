@@ -2,9 +2,9 @@
 
 Tasks are served from the stream "epoch 0 in its order, then epoch 1 in its
 order, ..."; a batch may straddle two epochs, so every batch but the last has
-exactly ``batch_size`` tasks. Each epoch's order is a seeded permutation
-(``shuffle``) that depends only on the seed and the epoch number, so a
-restored scheduler recomputes it: resuming from a saved :class:`TaskPosition`
+exactly ``batch_size`` tasks. Each epoch's order (file order, a seeded
+permutation, or seeded draws with replacement: the ``selector``) depends only
+on the seed and the epoch number, so a restored scheduler recomputes it: resuming from a saved :class:`TaskPosition`
 continues with exactly the next batch, none lost or repeated.
 
 The run ends after ``total_epochs`` passes, or, when ``total_steps`` is set,
@@ -22,7 +22,7 @@ from typing import Any, Generic, TypeVar
 
 from trinity.buffer.errors import TaskPositionError
 from trinity.buffer.task_files import TaskRecord, load_tasks
-from trinity.common.config.schema import BufferConfig, TaskSetConfig
+from trinity.common.config.plan.data import BufferPlan, TasksetPlan
 
 T = TypeVar("T")
 
@@ -64,11 +64,18 @@ class TaskScheduler(Generic[T]):
         *,
         total_epochs: int = 1,
         total_steps: int = 0,
-        shuffle: bool = False,
+        selector: str = "sequential",
         seed: int = 0,
         drop_last: bool = False,
     ) -> None:
-        """Raise ValueError for no tasks, ``batch_size < 1``, or negative epochs/steps."""
+        """Raise ValueError for no tasks, ``batch_size < 1``, negative epochs/steps or an unknown ``selector``.
+
+        ``selector``: ``sequential`` (file order), ``shuffle`` (a seeded
+        permutation per epoch) or ``random`` (each epoch's order drawn with
+        replacement, seeded by the epoch).
+        """
+        if selector not in ("sequential", "shuffle", "random"):
+            raise ValueError(f"selector must be sequential, shuffle or random, got {selector!r}")
         if not tasks:
             raise ValueError("a task scheduler needs at least one task")
         if batch_size < 1:
@@ -79,7 +86,7 @@ class TaskScheduler(Generic[T]):
         self.batch_size = batch_size
         self.total_epochs = total_epochs
         self.total_steps = total_steps
-        self.shuffle = shuffle
+        self.selector = selector
         self.seed = seed
         self.drop_last = drop_last
         self._position = TaskPosition()
@@ -87,22 +94,25 @@ class TaskScheduler(Generic[T]):
         self._order: list[int] = []
 
     @classmethod
-    def for_training(cls, buffer: BufferConfig, seed: int) -> TaskScheduler[TaskRecord]:
-        """Return the scheduler of ``buffer.train_tasks`` with the buffer's batch size, epochs, steps and shuffle.
+    def for_training(cls, buffer: BufferPlan) -> TaskScheduler[TaskRecord]:
+        """Return the scheduler of the training task set with the buffer's batch size, epochs, steps and order.
 
         Raises :class:`~trinity.buffer.errors.TaskFileError` when the task set cannot be read.
         """
+        taskset = buffer.train_taskset
+        if taskset is None:
+            raise ValueError("this run has no training task set")
         return TaskScheduler(
-            load_tasks(buffer.train_tasks),
+            load_tasks(taskset),
             buffer.batch_size,
             total_epochs=buffer.total_epochs,
-            total_steps=buffer.total_steps,
-            shuffle=buffer.shuffle,
-            seed=seed,
+            total_steps=buffer.total_steps or 0,
+            selector=taskset.selector,
+            seed=taskset.seed,
         )
 
     @classmethod
-    def for_evaluation(cls, task_set: TaskSetConfig, batch_size: int) -> TaskScheduler[TaskRecord]:
+    def for_evaluation(cls, task_set: TasksetPlan, batch_size: int) -> TaskScheduler[TaskRecord]:
         """Return a scheduler serving ``task_set`` once, in file order (evaluation)."""
         return TaskScheduler(load_tasks(task_set), batch_size, total_epochs=1)
 
@@ -132,11 +142,14 @@ class TaskScheduler(Generic[T]):
         return tasks // self.batch_size if self.drop_last else math.ceil(tasks / self.batch_size)
 
     def epoch_order(self, epoch: int) -> list[int]:
-        """Return the task indices of ``epoch`` in serving order (a seeded permutation when shuffling)."""
+        """Return the task indices of ``epoch`` in serving order (see ``selector``); depends on seed and epoch only."""
         if epoch != self._order_epoch:
             order = list(range(len(self.tasks)))
-            if self.shuffle:
-                random.Random(f"trinity-tasks:{self.seed}:{epoch}").shuffle(order)
+            rng = random.Random(f"trinity-tasks:{self.seed}:{epoch}")
+            if self.selector == "shuffle":
+                rng.shuffle(order)
+            elif self.selector == "random":
+                order = [rng.randrange(len(self.tasks)) for _ in order]
             self._order_epoch, self._order = epoch, order
         return self._order
 
@@ -171,18 +184,18 @@ class TaskScheduler(Generic[T]):
 
     def state_dict(self) -> dict[str, Any]:
         """Return what a checkpoint saves: the position and the settings that fix the task order."""
-        return {**self._position.to_dict(), "num_tasks": len(self.tasks), "shuffle": self.shuffle, "seed": self.seed}
+        return {**self._position.to_dict(), "num_tasks": len(self.tasks), "selector": self.selector, "seed": self.seed}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from a saved :meth:`state_dict`.
 
         Raises :class:`TaskPositionError` when the task set changed size, the
-        shuffle or seed differ (the order would differ), or the position lies
+        selector or seed differ (the order would differ), or the position lies
         outside the task set.
         """
         position = TaskPosition.from_dict(state)
-        saved = {"num_tasks": state.get("num_tasks"), "shuffle": state.get("shuffle"), "seed": state.get("seed")}
-        current = {"num_tasks": len(self.tasks), "shuffle": self.shuffle, "seed": self.seed}
+        saved = {"num_tasks": state.get("num_tasks"), "selector": state.get("selector"), "seed": state.get("seed")}
+        current = {"num_tasks": len(self.tasks), "selector": self.selector, "seed": self.seed}
         changed = [
             f"{key} {saved[key]!r} -> {current[key]!r}"
             for key in saved

@@ -22,6 +22,15 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     run.add_argument("--config", required=True, metavar="FILE", help="the job's YAML config")
     run.add_argument(
+        "--dry-run", action="store_true",
+        help="check the config and print the resolved plan (device backend, layout, sync, algorithm, data) "
+        "without starting Ray or loading a model; exit 0 when it would run, 2 when not",
+    )
+    run.add_argument(
+        "--device", default=None, metavar="NAME",
+        help="with --dry-run: plan for this installed device backend (e.g. npu) instead of this machine's",
+    )
+    run.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
         help="override a config value by dotted path (YAML value), e.g. --set trainer.save_interval=2",
     )
@@ -57,12 +66,13 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
 
 def _bad_input() -> tuple[type[BaseException], ...]:
     """Errors in what the user gave: the config, its files, the Ray address (exit 2)."""
-    from trinity.buffer.errors import TaskFileError, TaskPositionError
+    from trinity.buffer.errors import ChatTemplateError, DatasetError, FormatError, TaskFileError, TaskPositionError
     from trinity.common.config import ConfigError
     from trinity.common.ray_connect import RayConnectionError
     from trinity.common.registry import RegistryError
 
-    return (ConfigError, RayConnectionError, RegistryError, FileNotFoundError, TaskFileError, TaskPositionError)
+    return (ConfigError, RayConnectionError, RegistryError, FileNotFoundError, TaskFileError, TaskPositionError,
+            DatasetError, FormatError, ChatTemplateError)
 
 
 def _run_failures() -> tuple[type[BaseException], ...]:
@@ -75,16 +85,24 @@ def _run_failures() -> tuple[type[BaseException], ...]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """Load the config and run the job; return the exit status."""
-    from trinity.launcher import run_job
-
-    bad_input, failures = _bad_input(), _run_failures()
+    """Load the config and run the job (or, with ``--dry-run``, print its plan); return the exit status."""
+    if args.device and not args.dry_run:
+        raise CLIError("--device plans for another backend and needs --dry-run; to run on a backend, set "
+                       "cluster.device or TRINITY_DEVICE", EXIT_USAGE)
     try:
+        if args.dry_run:
+            from trinity.cli.dry_run import dry_run
+
+            return dry_run(args.config, parse_overrides(args.overrides), args.device)
+        from trinity.launcher import run_job
+
         return run_job(args.config, parse_overrides(args.overrides))
-    except bad_input as exc:
-        raise CLIError(str(exc), EXIT_USAGE) from None
-    except failures as exc:
-        raise CLIError(f"the run stopped: {exc}", EXIT_FAILURE) from None
+    except Exception as exc:  # sorted here, so a dry run imports no module an error type lives in
+        if isinstance(exc, _bad_input()):
+            raise CLIError(str(exc), EXIT_USAGE) from None
+        if isinstance(exc, _run_failures()):
+            raise CLIError(f"the run stopped: {exc}", EXIT_FAILURE) from None
+        raise
 
 
 def cmd_convert(args: argparse.Namespace) -> int:

@@ -27,13 +27,13 @@ import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from trinity.common.config.schema import Config
+from trinity.common.config.plan.run import RunPlan
 from trinity.common.experience import Experience
-from trinity.common.models.client import EngineClient, TaskCancelledError, TaskTimeoutError
+from trinity.common.models.client import EngineClient, RolloutModel, TaskCancelledError, TaskTimeoutError
 from trinity.common.models.engine import SamplingParams
 from trinity.common.workflows.base import Task, Workflow, make_workflow, sampling_from_model
 
@@ -99,10 +99,14 @@ class Scheduler:
         sampling: SamplingParams | None = None,
         tokenizer_path: str = "",
         workflow_factory: WorkflowFactory | None = None,
+        auxiliary: Sequence[tuple[str, Sequence[Any], str]] = (),
     ) -> None:
         """``engines``: Ray actor handles or in-process engines; ``workflow_factory`` builds a task's workflow.
 
         The default factory is ``make_workflow(task.workflow, sampling, task.workflow_args)``.
+        ``auxiliary`` lists the other models workflows may call, as ``(name, engines, tokenizer folder)``
+        in config order: each workflow gets ``auxiliary_models`` (one client per model, bound to the
+        attempt's deadline) and ``auxiliary`` (the same by name) before it runs.
         Raises ValueError for no engines, ``runners_per_engine < 1``, ``timeout <= 0`` or ``max_retries < 0``.
         """
         if not engines:
@@ -113,6 +117,12 @@ class Scheduler:
                 f"{timeout}, {max_retries}"
             )
         self.clients = [EngineClient(e, tokenizer_path=tokenizer_path, index=i) for i, e in enumerate(engines)]
+        #: ``(name, clients)`` of every auxiliary model, in config order.
+        self.auxiliary = [(name, [EngineClient(e, tokenizer_path=path, index=i) for i, e in enumerate(group)])
+                          for name, group, path in auxiliary]
+        for name, clients in self.auxiliary:
+            if not clients:
+                raise ValueError(f"auxiliary model {name!r} has no engine")
         self.runners_per_engine = runners_per_engine
         self.timeout = float(timeout)
         self.max_retries = max_retries
@@ -122,15 +132,22 @@ class Scheduler:
         self._ids = itertools.count()
 
     @classmethod
-    def from_config(cls, engines: Sequence[Any], config: Config) -> Scheduler:
-        """Return a scheduler with the explorer settings and the model's sampling settings of ``config``."""
+    def from_plan(cls, engines: Sequence[Any], plan: RunPlan,
+                  auxiliary: Mapping[str, Sequence[Any]] | None = None) -> Scheduler:
+        """Return a scheduler with a run's explorer settings and its model's sampling defaults.
+
+        ``auxiliary`` maps each auxiliary model's name to its engines.
+        """
+        groups = auxiliary or {}
         return cls(
             engines,
-            runners_per_engine=config.explorer.runners_per_engine,
-            timeout=config.explorer.timeout,
-            max_retries=config.explorer.max_retries,
-            sampling=sampling_from_model(config.model),
-            tokenizer_path=config.model.tokenizer_path or config.model.model_path,
+            runners_per_engine=plan.explorer.runners_per_engine,
+            timeout=plan.explorer.timeout,
+            max_retries=plan.explorer.max_retries,
+            sampling=sampling_from_model(plan.model),
+            tokenizer_path=plan.model.path,
+            auxiliary=[(aux.name, groups[aux.name], aux.model_path) for aux in plan.explorer.auxiliary
+                       if aux.name in groups],
         )
 
     def _default_factory(self, task: Task) -> Workflow:
@@ -245,10 +262,20 @@ class Scheduler:
         except Exception as exc:  # noqa: BLE001 - a configuration error: reported, not retried
             done.put((attempt_id, None, exc, False))
             return
+        if self.auxiliary:
+            bound: dict[str, RolloutModel] = {
+                name: clients[attempt_id % len(clients)].bind(client.deadline, client.cancelled)
+                for name, clients in self.auxiliary
+            }
+            workflow.auxiliary = bound
+            workflow.auxiliary_models = list(bound.values())
         try:
             experiences = workflow.run(client, task)
             if not isinstance(experiences, list) or not all(isinstance(e, Experience) for e in experiences):
                 raise TypeError(f"workflow {task.workflow!r} returned {type(experiences).__name__}, not experiences")
+            if task.run_id_offset:
+                for experience in experiences:
+                    experience.run_id += task.run_id_offset
             done.put((attempt_id, experiences, None, True))
         except BaseException as exc:  # reported to the scheduler, which retries or records it
             logger.debug("task attempt %d raised", attempt_id, exc_info=True)

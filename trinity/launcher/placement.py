@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from trinity.common.config.schema import Config
+from trinity.common.config.plan.run import RunPlan
 from trinity.common.config.validator import Layout
 from trinity.common.models.placement import create_placement_group
 
@@ -16,26 +17,37 @@ class Placement:
 
     trainer_group: Any = None
     engine_groups: list[Any] = field(default_factory=list)
+    #: Each auxiliary model's engine groups, by its name.
+    auxiliary_groups: dict[str, list[Any]] = field(default_factory=dict)
 
     def engine_options(self, index: int) -> dict[str, Any]:
-        """Ray actor options placing engine ``index`` in its group."""
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+        """Ray actor options placing rollout engine ``index`` in its group."""
+        return _in_group(self.engine_groups[index])
 
-        # the engine sits on bundle 0; its own workers (vLLM's Ray executor) are placed in the same group
-        return {"scheduling_strategy": PlacementGroupSchedulingStrategy(
-            placement_group=self.engine_groups[index], placement_group_bundle_index=0,
-            placement_group_capture_child_tasks=True)}
+    def auxiliary_options(self, name: str) -> Callable[[int], dict[str, Any]]:
+        """Return ``options_for(index)`` placing the engines of auxiliary model ``name`` in their groups."""
+        groups = self.auxiliary_groups[name]
+        return lambda index: _in_group(groups[index])
 
     def remove(self) -> None:
         """Release every group."""
         import ray
 
-        for group in [self.trainer_group, *self.engine_groups]:
+        for group in [self.trainer_group, *self.engine_groups, *(g for gs in self.auxiliary_groups.values()
+                                                                 for g in gs)]:
             if group is not None:
                 ray.util.remove_placement_group(group)
 
 
-def place(config: Config, layout: Layout) -> Placement:
+def _in_group(group: Any) -> dict[str, Any]:
+    """Ray options putting an engine on bundle 0 of ``group`` (its own workers, vLLM's executor, in the same group)."""
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    return {"scheduling_strategy": PlacementGroupSchedulingStrategy(
+        placement_group=group, placement_group_bundle_index=0, placement_group_capture_child_tasks=True)}
+
+
+def place(plan: RunPlan, layout: Layout) -> Placement:
     """Reserve the trainer's bundles (one device + CPUs per rank, STRICT_PACK when they fit a node) and the engines'.
 
     Each engine gets a group of ``tensor_parallel_size`` bundles of one device
@@ -44,18 +56,24 @@ def place(config: Config, layout: Layout) -> Placement:
     CPU backend.
     """
     placement = Placement()
-    per_node = config.cluster.devices_per_node
+    per_node = layout.devices_per_node
+    prefix = f"{plan.ray_namespace}/{plan.run_dir.name}"
     try:
         if layout.trainers:
             placement.trainer_group = create_placement_group(
                 layout.trainers, layout.resource_key, layout.cpus_per_bundle, per_node,
-                name=f"{config.project}/{config.name}/trainer",
+                name=f"{prefix}/trainer",
             )
         for index in range(layout.engines):
             placement.engine_groups.append(create_placement_group(
                 layout.devices_per_engine, layout.resource_key, layout.cpus_per_bundle, per_node,
-                name=f"{config.project}/{config.name}/engine-{index}",
+                name=f"{prefix}/engine-{index}",
             ))
+        for aux in plan.explorer.auxiliary if layout.engines else ():
+            placement.auxiliary_groups[aux.name] = [create_placement_group(
+                aux.tensor_parallel_size, layout.resource_key, layout.cpus_per_bundle, per_node,
+                name=f"{prefix}/{aux.name}-{index}",
+            ) for index in range(aux.engine_num)]
     except BaseException:
         placement.remove()
         raise

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from trinity import device
-from trinity.common.config.schema import Config
+from trinity.common.config.plan.run import RunPlan
 from trinity.common.config.validator import Layout, resolve_layout
 from trinity.common.ray_connect import RayConnection, connect, disconnect
 from trinity.device.selection import Selection
@@ -19,63 +21,86 @@ logger = logging.getLogger("trinity.launcher")
 class Session:
     """A prepared run: Ray connected, backend selected, layout checked."""
 
-    config: Config
+    plan: RunPlan
     connection: RayConnection
     selection: Selection
     layout: Layout
-    run_dir: Path
+
+    @property
+    def run_dir(self) -> Path:
+        """The run folder."""
+        return self.plan.run_dir
 
     def close(self) -> None:
         """Disconnect from Ray (stopping a cluster this process started)."""
         disconnect(self.connection)
 
 
-def run_dir_of(config: Config) -> Path:
-    """Return ``<checkpoint_root_dir>/<project>/<name>``."""
-    return Path(config.checkpoint_root_dir) / config.project / config.name
+def fresh_run_dir(plan: RunPlan) -> RunPlan:
+    """Return ``plan`` moved to a timestamped run folder when it must not continue an existing one.
+
+    As upstream does: with ``continue_from_checkpoint: false`` a run folder
+    that already holds files gets ``<name>_<YYYYmmddHHMMSS>`` (mode bench always
+    reads the existing folder).
+    """
+    folder = plan.run_dir
+    if plan.config.continue_from_checkpoint or plan.mode == "bench":
+        return plan
+    if not folder.is_dir() or not any(folder.iterdir()):
+        return plan
+    stamp = time.strftime("%Y%m%d%H%M%S")
+    renamed = folder.with_name(f"{folder.name}_{stamp}")
+    logger.warning("run folder %s exists and continue_from_checkpoint is false: this run uses %s", folder, renamed)
+    return dataclasses.replace(plan, run_dir=renamed)
 
 
-def open_session(config: Config) -> Session:
+def open_session(plan: RunPlan) -> Session:
     """Build the model if asked, connect Ray, select the device backend from the cluster, validate the layout."""
     import ray
 
-    if config.model.tiny is not None and not (Path(config.model.model_path) / "config.json").is_file():
+    from trinity.common.config.preflight import preflight
+
+    plan = fresh_run_dir(plan)
+    preflight(plan)  # files and folders, before Ray starts: one line on the first problem
+    model = plan.model
+    if model.tiny is not None and not (Path(model.path) / "config.json").is_file():
         from trinity.common.models.tiny import build_tiny_model
 
-        logger.info("building the tiny model at %s", config.model.model_path)
-        build_tiny_model(config.model.model_path, config.model.tiny)
-    connection = connect(config.cluster.ray_address)
+        logger.info("building the tiny model at %s", model.path)
+        build_tiny_model(model.path, model.tiny)
+    connection = connect(plan.cluster.ray_address, namespace=plan.ray_namespace)
     try:
         resources = ray.cluster_resources()  # type: ignore[no-untyped-call]
-        selection = device.select_backend(config.cluster.device, cluster_resources=resources)
-        layout = resolve_layout(config, selection.backend, resources)
+        alive = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
+        selection = device.select_backend(plan.cluster.device, cluster_resources=resources)
+        layout = resolve_layout(plan, selection.backend, resources, alive)
         if layout.engines:
-            check_engine_requirements(config, alive_nodes=len([n for n in ray.nodes() if n.get("Alive")]))  # type: ignore[no-untyped-call]
+            check_engine_requirements(layout, alive_nodes=len(alive))
     except BaseException:
         disconnect(connection)
         raise
-    config.trainer.use_torch_compile = layout.use_torch_compile
-    run_dir = run_dir_of(config)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    plan.run_dir.mkdir(parents=True, exist_ok=True)
     logger.info(
-        "device backend %s (%s); %d engine(s), %d trainer(s), sync %s; run folder %s",
-        selection.name, selection.reason, layout.engines, layout.trainers, layout.sync_method, run_dir,
+        "device backend %s (%s); %d %s engine(s), %d trainer rank(s), sync %s; run folder %s",
+        selection.name, selection.reason, layout.engines, layout.engine_type, layout.trainers, layout.sync_method,
+        plan.run_dir,
     )
-    return Session(config, connection, selection, layout, run_dir)
+    for note in plan.notes:
+        logger.info("config: %s", note)
+    return Session(plan, connection, selection, layout)
 
 
-def check_engine_requirements(config: Config, alive_nodes: int) -> None:
+def check_engine_requirements(layout: Layout, alive_nodes: int) -> None:
     """Fail early when the engine type cannot start: an error on a one-node cluster, a warning on a larger one.
 
     The driver may run on a head node without the engine's runtime (vLLM)
     while the engine nodes have it; on one node, the engines would run right
-    here, so a missing runtime is certain to fail. Raises ConfigError (or
-    UnknownNameError for an unknown engine type).
+    here, so a missing runtime is certain to fail. Raises ConfigError.
     """
     from trinity.common.config.loader import ConfigError
     from trinity.common.models.engines import ENGINES
 
-    engine_cls = ENGINES.get(config.explorer.engine_type)()
+    engine_cls = ENGINES.get(layout.engine_type)()
     check = getattr(engine_cls, "missing_requirement", None)
     problem = check() if check is not None else None
     if problem is None:

@@ -22,7 +22,7 @@ from trinity.monitor.keys import (
     TOKENS_PER_SECOND,
 )
 from trinity.monitor.metrics import Stats, Timer, stats, summarize, tokens_per_second
-from trinity.monitor.monitor import Monitor, enabled_sinks, run_dir_of
+from trinity.monitor.monitor import Monitor, enabled_sinks
 from trinity.monitor.plot import plot_reward_curve
 from trinity.monitor.records import MetricRecord, load_records
 from trinity.monitor.sink import MONITOR_SINKS, MonitorError, Sink, SinkContext, SinkUnavailableError
@@ -49,7 +49,6 @@ __all__ = [
     "enabled_sinks",
     "load_records",
     "plot_reward_curve",
-    "run_dir_of",
     "stats",
     "summarize",
     "tokens_per_second",

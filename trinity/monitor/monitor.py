@@ -2,7 +2,7 @@
 
 ::
 
-    monitor = Monitor.for_run(config)                    # or Monitor(config.monitor, run_dir, total_steps=...)
+    monitor = Monitor.for_run(plan)                      # or Monitor(plan.monitor, run_dir, total_steps=...)
     monitor.log({REWARD_MEAN: 0.4, "loss": 1.2}, step=1, phase="train")
     monitor.close()                                      # flushes everything, draws reward_curve.png
 
@@ -22,7 +22,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TextIO
 
-from trinity.common.config.schema import Config, MonitorConfig
+from trinity.common.config.plan.run import MonitorPlan, RunPlan
 
 # The sink modules register themselves in MONITOR_SINKS when imported.
 from trinity.monitor import console_sink, jsonl_sink, tensorboard_sink, wandb_sink  # noqa: F401
@@ -32,28 +32,26 @@ from trinity.monitor.sink import MONITOR_SINKS, MonitorError, Sink, SinkContext
 
 logger = logging.getLogger(__name__)
 
-#: ``MonitorConfig`` flag to sink name, in the order sinks are started (wandb first: it is the one
-#: most likely to be missing, and failing before any file is written leaves the run folder clean).
-CONFIG_SINKS: tuple[tuple[str, str], ...] = (
-    ("wandb", "wandb"),
-    ("jsonl", "jsonl"),
-    ("tensorboard", "tensorboard"),
-    ("progress", "console"),
-)
+def enabled_sinks(config: MonitorPlan) -> list[str]:
+    """Return the names of the sinks ``config`` turns on, in start order.
 
-
-def enabled_sinks(config: MonitorConfig) -> list[str]:
-    """Return the names of the sinks ``config`` turns on, in start order."""
-    return [sink for flag, sink in CONFIG_SINKS if getattr(config, flag)]
-
-
-def run_dir_of(config: Config) -> Path:
-    """Return the run folder of ``config``: ``<checkpoint_root_dir>/<project>/<name>``."""
-    return Path(config.checkpoint_root_dir) / config.project / config.name
+    wandb starts first: it is the one most likely to be missing, and failing
+    before any file is written leaves the run folder clean.
+    """
+    sinks = []
+    if config.monitor_type == "wandb":
+        sinks.append("wandb")
+    if config.jsonl:
+        sinks.append("jsonl")
+    if config.monitor_type == "tensorboard":
+        sinks.append("tensorboard")
+    if config.progress:
+        sinks.append("console")
+    return sinks
 
 
 class Monitor:
-    """Logs metrics to the sinks a :class:`MonitorConfig` enables, under one run folder.
+    """Logs metrics to the sinks a :class:`MonitorPlan` enables, under one run folder.
 
     ``extra_sinks`` names further sinks registered in
     :data:`~trinity.monitor.sink.MONITOR_SINKS`. ``stream`` is where the
@@ -63,7 +61,7 @@ class Monitor:
 
     def __init__(
         self,
-        config: MonitorConfig,
+        config: MonitorPlan,
         run_dir: str | Path,
         *,
         total_steps: int | None = None,
@@ -84,6 +82,7 @@ class Monitor:
             name=name,
             run_config=dict(run_config or {}),
             stream=stream,
+            options=dict(config.monitor_args),
         )
         names = list(dict.fromkeys([*enabled_sinks(config), *(n.strip().lower() for n in extra_sinks)]))
         factories = [(n, MONITOR_SINKS.get(n)) for n in names]  # unknown names fail before anything starts
@@ -104,13 +103,14 @@ class Monitor:
         self.plot_path: Path | None = None
 
     @classmethod
-    def for_run(cls, config: Config, **kwargs: Any) -> Monitor:
-        """Return the monitor of a whole run configuration (its folder, step count, names, settings)."""
-        kwargs.setdefault("total_steps", config.buffer.total_steps or None)
+    def for_run(cls, plan: RunPlan, **kwargs: Any) -> Monitor:
+        """Return the monitor of a whole run (its folder, step count, names, settings)."""
+        config = plan.config
+        kwargs.setdefault("total_steps", plan.buffer.total_steps or plan.trainer.total_steps or None)
         kwargs.setdefault("project", config.project)
         kwargs.setdefault("name", config.name)
         kwargs.setdefault("run_config", dataclasses.asdict(config))
-        return cls(config.monitor, run_dir_of(config), **kwargs)
+        return cls(plan.monitor, plan.run_dir, **kwargs)
 
     @property
     def sink_names(self) -> list[str]:

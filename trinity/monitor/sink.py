@@ -47,6 +47,8 @@ class SinkContext:
     run_config: Mapping[str, Any] = field(default_factory=dict)
     #: Where console output goes; ``None`` means standard output at the time of writing.
     stream: TextIO | None = None
+    #: ``monitor.monitor_args``: options of the chosen monitor (wandb: ``entity``, ``tags``, ``group``, ...).
+    options: Mapping[str, Any] = field(default_factory=dict)
 
 
 class Sink(abc.ABC):

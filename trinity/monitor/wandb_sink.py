@@ -17,8 +17,8 @@ from trinity.monitor.tensorboard_sink import scalar_tag
 
 #: The message when wandb is enabled but cannot be imported.
 MISSING_WANDB = (
-    "monitor.wandb is true but the wandb package is not installed; "
-    "run `pip install wandb` or set monitor.wandb: false"
+    "monitor.monitor_type is wandb but the wandb package is not installed; "
+    "run `pip install wandb` or set monitor.monitor_type: tensorboard"
 )
 
 
@@ -37,12 +37,13 @@ class WandbSink(Sink):
     def __init__(self, context: SinkContext) -> None:
         wandb = import_wandb()
         Path(context.run_dir).mkdir(parents=True, exist_ok=True)
-        self._run: Any = wandb.init(
-            project=context.project,
-            name=context.name,
-            dir=str(context.run_dir),
-            config=dict(context.run_config),
-        )
+        self._run: Any = wandb.init(**{
+            "project": context.project,
+            "name": context.name,
+            "dir": str(context.run_dir),
+            "config": dict(context.run_config),
+            **dict(context.options),
+        })
         self._run.define_metric("step")
         self._run.define_metric("*", step_metric="step")
         self._closed = False

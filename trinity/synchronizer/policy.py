@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trinity.common.config.schema import SynchronizerConfig
+from trinity.common.config.plan.run import SyncPlan
 
 
 @dataclass(frozen=True)
@@ -37,8 +37,9 @@ class SyncPolicy:
             raise ValueError(f"synchronizer.sync_offset: must be 0 or more, got {self.offset}")
 
     @classmethod
-    def from_config(cls, config: SynchronizerConfig) -> SyncPolicy:
-        return cls(interval=config.sync_interval, offset=config.sync_offset)
+    def from_config(cls, config: SyncPlan) -> SyncPolicy:
+        """Return the policy of a run's sync settings."""
+        return cls(interval=config.interval, offset=config.offset)
 
     def should_sync(self, trainer_step: int) -> bool:
         """Return whether the weights are synced right after trainer step ``trainer_step`` (1-based)."""

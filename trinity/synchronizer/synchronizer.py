@@ -2,8 +2,8 @@
 
 Usage (the launcher)::
 
-    sync = Synchronizer(SyncMethod.parse(config.synchronizer.sync_method), trainer.workers, engines,
-                        config.synchronizer, checkpoint_path=default_sync_path(config))
+    sync = Synchronizer(layout.sync_method, trainer.workers, engines, plan.sync,
+                        checkpoint_path=default_sync_path(plan))
     policy = sync.policy                      # SyncPolicy: which steps sync, how far the explorer may lead
     if policy.should_sync(step):
         report = sync.sync(version=step)      # SyncReport: seconds, bytes, ...
@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trinity.common.config.schema import Config, SynchronizerConfig
+from trinity.common.config.plan.run import RunPlan, SyncPlan
 from trinity.common.constants import SyncMethod
 from trinity.common.models.engine import TensorMeta, WeightSyncGroupInfo
 from trinity.synchronizer.policy import SyncPolicy
@@ -98,9 +98,14 @@ class SyncReport:
         }
 
 
-def default_sync_path(config: Config) -> Path:
-    """Return ``<checkpoint_root_dir>/<project>/<name>/sync_weights``: the checkpoint method's shared path."""
-    return Path(config.checkpoint_root_dir) / config.project / config.name / "sync_weights"
+#: The sync settings used when none are given: online, every step, ten minutes per sync.
+DEFAULT_SYNC = SyncPlan(method="online", interval=1, offset=0, timeout=600.0, bucket_size_mb=64,
+                        verify_checksums=False)
+
+
+def default_sync_path(plan: RunPlan) -> Path:
+    """Return ``<run folder>/sync_weights``: the checkpoint method's shared path."""
+    return plan.run_dir / "sync_weights"
 
 
 class _Calls:
@@ -158,13 +163,13 @@ class Synchronizer:
         method: SyncMethod | str,
         trainer: Any,
         engines: Sequence[Any],
-        config: SynchronizerConfig | None = None,
+        config: SyncPlan | None = None,
         *,
         checkpoint_path: str | Path | None = None,
         group_name: str = DEFAULT_GROUP_NAME,
     ) -> None:
         self.method = method if isinstance(method, SyncMethod) else SyncMethod.parse(method)
-        self.config = config or SynchronizerConfig()
+        self.config = config or DEFAULT_SYNC
         ranks = getattr(trainer, "workers", trainer)
         self.trainer_ranks: list[Any] = list(ranks) if isinstance(ranks, (list, tuple)) else [ranks]
         if not self.trainer_ranks:
@@ -194,7 +199,7 @@ class Synchronizer:
         except SyncTimeoutError as exc:
             raise SyncTimeoutError(
                 f"weight-sync group setup ({self.method}) did not finish within synchronizer.sync_timeout = "
-                f"{self.config.sync_timeout:g} s while {exc.args[0] if exc.args else '?'}"
+                f"{self.config.timeout:g} s while {exc.args[0] if exc.args else '?'}"
             ) from None
 
     def _setup(self, started: float) -> float:
@@ -202,7 +207,7 @@ class Synchronizer:
         if self.method.kind != "collective" or self._group_ready or not self.engines:
             return 0.0
         assert self.method.collective is not None
-        deadline = started + self.config.sync_timeout
+        deadline = started + self.config.timeout
         rank0 = self.trainer_ranks[0]
         address, port = self._calls.wait([self._calls.start(rank0, "node_address")], deadline,
                                          "asking trainer rank 0 for an address")[0]
@@ -213,7 +218,7 @@ class Synchronizer:
         info = WeightSyncGroupInfo(
             master_addr=str(address), master_port=int(port), world_size=1 + sum(int(r) for r in ranks), rank_offset=1,
             group_name=f"{self.group_name}-{self._groups_built}", backend=self.method.collective,
-            timeout_s=float(self.config.sync_timeout),
+            timeout_s=float(self.config.timeout),
         )
         pending = [self._calls.start(rank0, "init_weight_sync", info)]
         pending += [self._calls.start(engine, "init_weight_sync", info, first)
@@ -238,7 +243,7 @@ class Synchronizer:
             self._group_ready = False  # a collective stopped half-way: the next sync builds a new group
             raise SyncTimeoutError(
                 f"weight sync ({self.method}) of version {version} did not finish within "
-                f"synchronizer.sync_timeout = {self.config.sync_timeout:g} s while {exc.args[0] if exc.args else '?'}; "
+                f"synchronizer.sync_timeout = {self.config.timeout:g} s while {exc.args[0] if exc.args else '?'}; "
                 "check that every engine is alive, or raise synchronizer.sync_timeout"
             ) from None
         except Exception as exc:
@@ -252,7 +257,7 @@ class Synchronizer:
             return SyncReport(method=str(self.method), version=version, seconds=0.0, bytes=0, gather_seconds=0.0,
                               transfer_seconds=0.0)
         setup_seconds = self._setup(started) if self.method.kind == "collective" else 0.0
-        deadline = started + self.config.sync_timeout
+        deadline = started + self.config.timeout
         gather_started = time.monotonic()
         gathered = self._calls.wait([self._calls.start(r, "gather_weights") for r in self.trainer_ranks], deadline,
                                     "gathering the full state dict on the trainer ranks")

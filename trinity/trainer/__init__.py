@@ -4,24 +4,23 @@
 * :class:`~trinity.trainer.fsdp_worker.FSDPWorker`: one rank.
 * :mod:`~trinity.trainer.checkpoint`: atomic, resumable checkpoints.
 * :mod:`~trinity.trainer.plan`: what a step computes, from the algorithm config.
+
+Names are imported on first use: ``trinity.trainer.plan`` is read at config
+load time and must not pull in torch.
 """
 
-from trinity.trainer.checkpoint import CheckpointDir, CheckpointError, resolve_checkpoint
-from trinity.trainer.fsdp_worker import FSDPWorker
-from trinity.trainer.models import TorchCompileUnsupportedError, resolve_torch_compile
-from trinity.trainer.plan import PlanError, TrainingPlan, resolve_plan
-from trinity.trainer.trainer import FSDPTrainer, default_checkpoint_dir
+from trinity.utils.lazy import lazy_exports
 
-__all__ = [
-    "CheckpointDir",
-    "CheckpointError",
-    "FSDPTrainer",
-    "FSDPWorker",
-    "PlanError",
-    "TorchCompileUnsupportedError",
-    "TrainingPlan",
-    "default_checkpoint_dir",
-    "resolve_checkpoint",
-    "resolve_plan",
-    "resolve_torch_compile",
-]
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "CheckpointDir": "checkpoint",
+    "CheckpointError": "checkpoint",
+    "resolve_checkpoint": "checkpoint",
+    "FSDPWorker": "fsdp_worker",
+    "TorchCompileUnsupportedError": "models",
+    "resolve_torch_compile": "models",
+    "PlanError": "plan",
+    "TrainingPlan": "plan",
+    "resolve_plan": "plan",
+    "FSDPTrainer": "trainer",
+    "default_checkpoint_dir": "trainer",
+})

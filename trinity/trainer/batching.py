@@ -16,8 +16,10 @@ dimension first (``[B]``, ``[B, T]`` or ``[B, T-1]``).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -99,6 +101,62 @@ def micro_batches(rows: int, micro_batch_size: int, unit: int = 1) -> list[slice
     return [slice(start, min(rows, start + size)) for start in range(0, rows, size)]
 
 
+def token_micro_batches(lengths: Sequence[int], max_tokens: int, unit: int = 1) -> list[slice]:
+    """Return contiguous slices of ``unit``-row blocks whose padded size (rows x longest row) fits ``max_tokens``.
+
+    A block that alone exceeds the budget becomes a micro-batch of its own.
+    """
+    slices: list[slice] = []
+    start, longest = 0, 0
+    for first in range(0, len(lengths), unit):
+        block = list(lengths[first:first + unit])
+        candidate = max(longest, *block)
+        if first > start and candidate * (first + len(block) - start) > max_tokens:
+            slices.append(slice(start, first))
+            start, candidate = first, max(block)
+        longest = candidate
+    if start < len(lengths):
+        slices.append(slice(start, len(lengths)))
+    return slices
+
+
+def balanced_micro_batches(lengths: Sequence[int], parts: int, unit: int = 1) -> list[slice]:
+    """Return exactly ``parts`` contiguous, non-empty slices of ``unit``-row blocks with about equal tokens.
+
+    Raises ValueError when there are fewer blocks than ``parts``.
+    """
+    blocks = [sum(lengths[i:i + unit]) for i in range(0, len(lengths), unit)]
+    if parts < 1 or parts > len(blocks):
+        raise ValueError(f"cannot split {len(blocks)} block(s) into {parts} micro-batch(es)")
+    total = sum(blocks) or 1
+    bounds = [0]
+    cumulative = 0
+    for index, tokens in enumerate(blocks):
+        cumulative += tokens
+        cuts_left = parts - len(bounds)
+        if cuts_left and index + 1 < len(blocks) and (
+            cumulative >= total * len(bounds) / parts or len(blocks) - (index + 1) == cuts_left
+        ):
+            bounds.append(index + 1)
+    bounds.append(len(blocks))
+    return [slice(a * unit, min(len(lengths), b * unit)) for a, b in itertools.pairwise(bounds)]
+
+
+def plan_micro_batches(shard_lengths: Sequence[Sequence[int]], batching: Any, unit: int = 1) -> list[list[slice]]:
+    """Return each rank's micro-batch slices for a ``BatchingPlan``; every rank gets the same number.
+
+    FSDP runs collectives in every forward and backward, so all ranks must run
+    as many micro-batches. With ``use_dynamic_bsz`` the count is the largest any
+    rank needs to keep within ``max_token_len`` (rows x longest row), and every
+    rank splits its rows into that many micro-batches of about equal tokens;
+    otherwise micro-batches hold ``micro_batch_size`` rows.
+    """
+    if not batching.use_dynamic_bsz:
+        return [micro_batches(len(lengths), batching.micro_batch_size, unit) for lengths in shard_lengths]
+    count = max(len(token_micro_batches(lengths, batching.max_token_len, unit)) for lengths in shard_lengths)
+    return [balanced_micro_batches(lengths, count, unit) for lengths in shard_lengths]
+
+
 def slice_rows(rows: Rows, where: slice) -> Rows:
     """Return the rows in ``where``, trimmed to the longest sequence among them."""
     part = {name: tensor[where] for name, tensor in rows.items()}
@@ -118,17 +176,24 @@ def slice_rows(rows: Rows, where: slice) -> Rows:
     return trimmed
 
 
-def count_units(response_mask: torch.Tensor, units: Units, *, paired: bool = False) -> int:
+def count_units(response_mask: torch.Tensor, units: Units, *, paired: bool = False,
+                rows: torch.Tensor | None = None) -> int:
     """Return how many units a loss term averages over in ``response_mask`` ([B, T-1]).
 
     ``token``: response tokens; ``seq``: rows with at least one response token;
-    ``row``: every row (pairs when ``paired``), dummy rows included.
+    ``row``: every row (pairs when ``paired``), dummy rows included; ``step``: 1
+    (the term is already a share of the whole step). ``rows`` ([B] bool)
+    restricts the count to those rows.
     """
+    if units == "step":
+        return 1
     mask = response_mask != 0
+    if rows is not None:
+        mask = mask & rows.view(-1, 1).to(mask.device)
     if units == "token":
         return int(mask.sum())
     if units == "seq":
         return int(mask.any(dim=1).sum())
-    rows = int(mask.shape[0])
-    return rows // 2 if paired else rows
+    count = int(rows.sum()) if rows is not None else int(mask.shape[0])
+    return count // 2 if paired else count
 

@@ -32,30 +32,28 @@ from trinity.algorithm import (
     PolicyLossInputs,
     aggregate,
     compute_policy_loss,
-    entropy_bonus,
     entropy_from_logits,
+    entropy_loss,
     kl_loss,
 )
-from trinity.common.config.schema import Config
+from trinity.common.config.plan.run import RunPlan
+from trinity.common.config.plan.trainer import OptimizerPlan
 from trinity.common.models.checksum import state_dict_checksum
 from trinity.common.models.engine import TensorMeta, WeightSyncGroupInfo
-from trinity.trainer.batching import Rows, count_units, micro_batches, row_count, slice_rows
+from trinity.trainer.batching import Rows, count_units, row_count, slice_rows
 from trinity.trainer.checkpoint import CheckpointDir, read_state
 from trinity.trainer.models import (
     device_mesh,
     load_causal_lm,
     load_value_model,
     logprobs_and_entropy,
-    resolve_torch_compile,
     shard_model,
     torch_dtype,
 )
-from trinity.trainer.plan import TrainingPlan, Units, resolve_plan
+from trinity.trainer.plan import TrainingPlan
 
 logger = logging.getLogger(__name__)
 
-#: Half-width of the critic's value clipping around the values of the rollout (PPO).
-VALUE_CLIP = 0.2
 #: Seconds the trainer's own process group waits in a collective before failing.
 TRAINER_PG_TIMEOUT_S = 1800.0
 #: Files of a model folder that are weights (not copied into a checkpoint's ``hf/``).
@@ -82,11 +80,9 @@ def _full_tensor(value: Any) -> torch.Tensor:
     return full() if callable(full) else value  # type: ignore[no-any-return]
 
 
-def _linear_warmup(warmup_steps: int) -> Callable[[int], float]:
+def _schedule(optimizer: OptimizerPlan, total_steps: int | None) -> Callable[[int], float]:
     def factor(step: int) -> float:
-        if warmup_steps <= 0:
-            return 1.0
-        return min(1.0, (step + 1) / warmup_steps)
+        return optimizer.factor(step, total_steps)
 
     return factor
 
@@ -107,19 +103,32 @@ class _Accumulator:
                 self.weights[name] = self.weights.get(name, 0.0) + weight
 
 
+def _enable_gradient_checkpointing(model: nn.Module) -> None:
+    """Recompute activations in backward (transformers' own switch; non-reentrant, as FSDP2 needs)."""
+    enable = getattr(model, "activation_checkpointing_enable", None)  # transformers 5.x's name
+    if callable(enable):
+        enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        return
+    enable = getattr(model, "gradient_checkpointing_enable", None)
+    if callable(enable):
+        enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
 class FSDPWorker:
     """One trainer rank. Construct cheaply, then call :meth:`setup` on every rank concurrently."""
 
-    def __init__(self, config: Config, rank: int, world_size: int, checkpoint_dir: str | None = None) -> None:
-        self.config = config
+    def __init__(self, run: RunPlan, rank: int, world_size: int, checkpoint_dir: str | None = None, *,
+                 use_torch_compile: bool = False, total_steps: int | None = None) -> None:
+        self.run = run
+        self.settings = run.trainer
         self.rank = rank
         self.world_size = world_size
-        self.plan: TrainingPlan = resolve_plan(config.algorithm)
-        # Refuse an impossible compile request before anything heavy happens.
-        self.use_torch_compile = resolve_torch_compile(config.trainer.use_torch_compile)
+        self.plan: TrainingPlan = run.algorithm
+        self.use_torch_compile = use_torch_compile
+        self.total_steps = total_steps
         self.checkpoints = CheckpointDir(checkpoint_dir) if checkpoint_dir else None
         self.step = 0
-        self.compute_dtype = torch_dtype(config.model.dtype)
+        self.compute_dtype = torch_dtype(run.trainer.dtype)
         self._sync_state: dict[str, torch.Tensor] | None = None
         self._weight_sync: Any = None
         self._ready = False
@@ -147,18 +156,23 @@ class FSDPWorker:
                 world_size=self.world_size,
                 timeout=datetime.timedelta(seconds=TRAINER_PG_TIMEOUT_S),
             )
-        trinity.device.manual_seed(self.config.seed)
+        settings = self.settings
+        trinity.device.manual_seed(settings.seed)
         self.mesh = device_mesh(self.world_size)
-        model_path = self.config.model.model_path
+        model_path = self.run.model.path
+        remote_code = self.run.model.trust_remote_code
 
-        self.actor = shard_model(load_causal_lm(model_path), self.mesh, self.compute_dtype)
+        actor = load_causal_lm(model_path, trust_remote_code=remote_code)
+        if settings.gradient_checkpointing:
+            _enable_gradient_checkpointing(actor)
+        self.actor = shard_model(actor, self.mesh, self.compute_dtype)
         self.actor.to(self.device)
         self.actor.eval()  # no dropout in RL fine-tuning; gradients still flow
-        self.optimizer, self.scheduler = self._optimizer(self.actor, self.config.algorithm.optimizer.lr)
+        self.optimizer, self.scheduler = self._optimizer(self.actor, settings.optimizer)
 
         self.reference: nn.Module | None = None
         if self.plan.use_reference:
-            reference = load_causal_lm(model_path)
+            reference = load_causal_lm(model_path, trust_remote_code=remote_code)
             reference.requires_grad_(False)
             self.reference = shard_model(reference, self.mesh, self.compute_dtype)
             self.reference.to(self.device)
@@ -168,12 +182,17 @@ class FSDPWorker:
         self.critic_optimizer: torch.optim.Optimizer | None = None
         self.critic_scheduler: torch.optim.lr_scheduler.LRScheduler | None = None
         if self.plan.use_critic:
-            trinity.device.manual_seed(self.config.seed + 1)  # same value-head init on every rank
-            self.critic = shard_model(load_value_model(model_path), self.mesh, self.compute_dtype)
+            critic_plan = settings.critic
+            if critic_plan is None:
+                raise RuntimeError("the algorithm trains a critic but the trainer plan has no critic settings")
+            trinity.device.manual_seed(settings.seed + 1)  # same value-head init on every rank
+            critic = load_value_model(critic_plan.path, trust_remote_code=remote_code)
+            if critic_plan.gradient_checkpointing:
+                _enable_gradient_checkpointing(critic.backbone)
+            self.critic = shard_model(critic, self.mesh, self.compute_dtype)
             self.critic.to(self.device)
             self.critic.eval()
-            critic_lr = self.config.algorithm.optimizer.critic_lr or self.config.algorithm.optimizer.lr
-            self.critic_optimizer, self.critic_scheduler = self._optimizer(self.critic, critic_lr)
+            self.critic_optimizer, self.critic_scheduler = self._optimizer(self.critic, critic_plan.optimizer)
 
         head = logprobs_and_entropy
         self._head: Callable[..., tuple[torch.Tensor, torch.Tensor | None]] = (
@@ -193,19 +212,20 @@ class FSDPWorker:
         }
 
     def _optimizer(
-        self, model: nn.Module, lr: float
+        self, model: nn.Module, plan: OptimizerPlan
     ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
-        cfg = self.config.algorithm.optimizer
-        optimizer = torch.optim.AdamW(
-            [p for p in model.parameters() if p.requires_grad], lr=lr, betas=(cfg.betas[0], cfg.betas[1]),
-            weight_decay=cfg.weight_decay,
-        )
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _linear_warmup(cfg.warmup_steps))
+        params = [p for p in model.parameters() if p.requires_grad]
+        optimizer: torch.optim.Optimizer
+        if plan.kind == "sgd":
+            optimizer = torch.optim.SGD(params, lr=plan.lr, weight_decay=plan.weight_decay)
+        else:
+            optimizer = torch.optim.AdamW(params, lr=plan.lr, betas=plan.betas, weight_decay=plan.weight_decay)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(plan, self.total_steps))
         return optimizer, scheduler
 
     @property
     def temperature(self) -> float:
-        temperature = self.config.model.temperature
+        temperature = self.settings.temperature
         return temperature if temperature > 0 else 1.0
 
     # -- training --------------------------------------------------------------------------
@@ -213,17 +233,16 @@ class FSDPWorker:
     def _to_device(self, rows: Rows) -> Rows:
         return {name: tensor.to(self.device) for name, tensor in rows.items()}
 
-    def _slices(self, rows: Rows) -> list[slice]:
-        unit = 2 if self.plan.paired else 1
-        return micro_batches(row_count(rows), self.config.trainer.micro_batch_size, unit)
-
     @torch.no_grad()
-    def prepare(self, rows: Rows, wanted: Sequence[str]) -> Rows:
-        """Return ``[B, T-1]`` tensors for the shard (collective): ``old_logprobs``, ``ref_logprobs``, ``values``."""
+    def prepare(self, rows: Rows, wanted: Sequence[str], cuts: Sequence[slice]) -> Rows:
+        """Return ``[B, T-1]`` tensors for the shard (collective): ``old_logprobs``, ``ref_logprobs``, ``values``.
+
+        ``cuts`` are the shard's micro-batches (every rank gets as many).
+        """
         self._check_ready()
         count, width = row_count(rows), rows["input_ids"].shape[1] - 1
         out = {name: torch.zeros((count, width), dtype=torch.float32) for name in wanted}
-        for where in self._slices(rows):
+        for where in cuts:
             mb = self._to_device(slice_rows(rows, where))
             ids, mask = mb["input_ids"], mb["attention_mask"]
             length = ids.shape[1] - 1
@@ -244,78 +263,30 @@ class FSDPWorker:
                 out["values"][where, :length] = values.float().cpu()
         return out
 
-    def update(self, rows: Rows, units: dict[str, int]) -> dict[str, Any]:
+    def update(self, rows: Rows, units: dict[str, int], cuts: Sequence[slice],
+               critic_cuts: Sequence[slice] = (), global_step: int = 1) -> dict[str, Any]:
         """Run ``ppo_epochs`` optimizer steps on the shard (collective); return this rank's metric parts.
 
         ``units`` holds the whole step's (all ranks') denominators: ``policy``
         (units of the policy loss), ``agg`` (units of the KL / entropy
         aggregation) and ``token`` (response tokens, for the critic).
+        ``cuts`` / ``critic_cuts`` are the shard's micro-batches for the actor
+        and the critic (every rank gets as many); ``global_step`` is the step
+        being taken (1 for the first), for losses with a schedule.
         """
         self._check_ready()
-        plan = self.plan
-        agg_units: Units = "token" if plan.aggregation == "token-mean" else "seq"
-        world = self.world_size
         acc = _Accumulator()
         grad_norms: list[float] = []
         critic_grad_norms: list[float] = []
         skipped = 0
         loss_total = 0.0
-        epochs = self.config.trainer.ppo_epochs
-        slices = self._slices(rows)
+        epochs = self.settings.ppo_epochs
         lr = float(self.scheduler.get_last_lr()[0])
         for _epoch in range(epochs):
-            for where in slices:
-                mb = self._to_device(slice_rows(rows, where))
-                mask = mb["response_mask"]
-                tokens = float(count_units(mask, "token"))
-                w_policy = count_units(mask, plan.policy_units, paired=plan.paired) * world / max(1, units["policy"])
-                w_agg = count_units(mask, agg_units) * world / max(1, units["agg"])
-                step_metrics: dict[str, float] = {}
-
-                logits = self.actor(input_ids=mb["input_ids"], attention_mask=mb["attention_mask"],
-                                    use_cache=False).logits
-                with_entropy = plan.entropy_coef != 0
-                logprobs, entropy = self._head(logits, mb["input_ids"], self.temperature, with_entropy)
-                inputs = PolicyLossInputs(
-                    logprobs=logprobs,
-                    response_mask=mask,
-                    old_logprobs=mb.get("old_logprobs") if plan.needs_old_logprobs else None,
-                    advantages=mb.get("advantages"),
-                    ref_logprobs=mb.get("ref_logprobs"),
-                )
-                policy_loss, metrics = compute_policy_loss(plan.policy_loss_fn, inputs, **plan.policy_loss_options)
-                step_metrics.update(metrics)
-                total = policy_loss * w_policy
-                if plan.kl_target == "loss":
-                    assert plan.kl_fn is not None
-                    kl_term, metrics = kl_loss(logprobs, mb["ref_logprobs"], mask, coef=plan.kl_coef,
-                                               kl_fn=plan.kl_fn, aggregation=plan.aggregation)
-                    step_metrics.update(metrics)
-                    total = total + kl_term * w_agg
-                if with_entropy:
-                    assert entropy is not None
-                    bonus, metrics = entropy_bonus(entropy, mask, coef=plan.entropy_coef,
-                                                   aggregation=plan.aggregation)
-                    step_metrics.update(metrics)
-                    total = total - bonus * w_agg
-                else:
-                    with torch.no_grad():
-                        scaled = logits[:, :-1].detach()
-                        if self.temperature != 1.0:
-                            scaled = scaled / self.temperature
-                        step_metrics["entropy"] = float(aggregate(entropy_from_logits(scaled), mask, plan.aggregation))
-                if not total.requires_grad:  # every rank must run backward: FSDP reduces gradients collectively
-                    total = total + logits.sum() * 0.0
-                torch.autograd.backward(total)
-                loss_total += float(total.detach()) / world
-
-                if self.critic is not None:
-                    value_loss, metrics = self._value_loss(mb, w_tokens=tokens * world / max(1, units["token"]))
-                    step_metrics.update(metrics)
-                    torch.autograd.backward(value_loss)
-                acc.add(step_metrics, tokens)
-
-            norm = self._clip(self.actor)
+            for where in cuts:
+                loss_total += self._actor_micro_batch(self._to_device(slice_rows(rows, where)), units, acc,
+                                                      global_step)
+            norm = self._clip(self.actor, self.settings.grad_clip)
             grad_norms.append(norm)
             if math.isfinite(norm):
                 self.optimizer.step()
@@ -323,12 +294,7 @@ class FSDPWorker:
                 skipped += 1
             self.optimizer.zero_grad(set_to_none=True)
             if self.critic is not None:
-                assert self.critic_optimizer is not None
-                critic_norm = self._clip(self.critic)
-                critic_grad_norms.append(critic_norm)
-                if math.isfinite(critic_norm):
-                    self.critic_optimizer.step()
-                self.critic_optimizer.zero_grad(set_to_none=True)
+                critic_grad_norms.append(self._critic_epoch(rows, units, critic_cuts, acc))
         self.scheduler.step()
         if self.critic_scheduler is not None:
             self.critic_scheduler.step()
@@ -344,17 +310,101 @@ class FSDPWorker:
             "step": self.step,
         }
 
+    def _actor_micro_batch(self, mb: Rows, units: dict[str, int], acc: _Accumulator, global_step: int) -> float:
+        """Forward and backward one micro-batch of the actor; return its share of the step's loss."""
+        plan = self.plan
+        world = self.world_size
+        mask = mb["response_mask"]
+        tokens = float(count_units(mask, "token"))
+        w_policy = count_units(mask, plan.policy_units, paired=plan.paired) * world / max(1, units["policy"])
+        w_agg = count_units(mask, plan.agg_units) * world / max(1, units["agg"])
+        normalizer = float(self.run.model.max_response_tokens)
+        expert = mb["expert_mask"].bool() if plan.expert_rows else None
+        step_metrics: dict[str, float] = {}
+
+        logits = self.actor(input_ids=mb["input_ids"], attention_mask=mb["attention_mask"], use_cache=False).logits
+        with_entropy = plan.entropy_fn is not None and plan.entropy_fn != "none"
+        logprobs, entropy = self._head(logits, mb["input_ids"], self.temperature, with_entropy)
+        inputs = PolicyLossInputs(
+            logprobs=logprobs,
+            response_mask=mask,
+            old_logprobs=mb.get("old_logprobs") if plan.needs_old_logprobs else None,
+            advantages=mb.get("advantages"),
+            ref_logprobs=mb.get("ref_logprobs"),
+            expert_mask=expert,
+            global_step=global_step if plan.needs_global_step else None,
+            usual_share=self._share(mask, units, "usual", ~expert) if expert is not None else None,
+            expert_share=self._share(mask, units, "expert", expert) if expert is not None else None,
+            agg_normalizer=normalizer,
+        )
+        policy_loss, metrics = compute_policy_loss(plan.policy_loss_fn, inputs, **plan.policy_loss_options)
+        step_metrics.update(metrics)
+        total = policy_loss * w_policy
+        if plan.kl_loss is not None:
+            kl_term, metrics = kl_loss(logprobs, mb["ref_logprobs"], mask, coef=plan.kl_loss.coef,
+                                       kl_fn=plan.kl_loss.fn, aggregation=plan.loss_agg_mode,
+                                       old_logprobs=mb.get("old_logprobs"), normalizer=normalizer)
+            step_metrics.update(metrics)
+            total = total + kl_term * w_agg
+        if with_entropy:
+            assert entropy is not None and plan.entropy_fn is not None
+            bonus, metrics = entropy_loss(plan.entropy_fn, entropy, mask, entropy_coef=plan.entropy_coef,
+                                          loss_agg_mode=plan.loss_agg_mode, expert_mask=expert,
+                                          normalizer=normalizer)
+            step_metrics.update(metrics)
+            w_entropy = w_agg
+            if plan.entropy_fn == "mix" and expert is not None:
+                w_entropy = count_units(mask, plan.agg_units, rows=~expert) * world / max(1, units["agg_usual"])
+            total = total - bonus * w_entropy
+        else:
+            with torch.no_grad():
+                scaled = logits[:, :-1].detach()
+                if self.temperature != 1.0:
+                    scaled = scaled / self.temperature
+                step_metrics["entropy"] = float(aggregate(entropy_from_logits(scaled), mask, "token-mean"))
+        if not total.requires_grad:  # every rank must run backward: FSDP reduces gradients collectively
+            total = total + logits.sum() * 0.0
+        torch.autograd.backward(total)
+        acc.add(step_metrics, tokens)
+        return float(total.detach()) / world
+
+    def _share(self, mask: torch.Tensor, units: dict[str, int], part: str, rows: torch.Tensor) -> float:
+        """Return this micro-batch's share of the step's ``part`` (``usual``/``expert``) loss units."""
+        from trinity.trainer.trainer import mix_units
+
+        usual_units, expert_units = mix_units(self.plan)
+        unit = usual_units if part == "usual" else expert_units
+        return count_units(mask, unit, rows=rows) / max(1, units[part])
+
+    def _critic_epoch(self, rows: Rows, units: dict[str, int], cuts: Sequence[slice], acc: _Accumulator) -> float:
+        """One optimizer pass of the critic over its micro-batches; return its gradient norm."""
+        assert self.critic is not None and self.critic_optimizer is not None and self.settings.critic is not None
+        world = self.world_size
+        for where in cuts:
+            mb = self._to_device(slice_rows(rows, where))
+            tokens = float(count_units(mb["response_mask"], "token"))
+            value_loss, metrics = self._value_loss(mb, w_tokens=tokens * world / max(1, units["token"]))
+            torch.autograd.backward(value_loss)
+            acc.add(metrics, tokens)
+        norm = self._clip(self.critic, self.settings.critic.grad_clip)
+        if math.isfinite(norm):
+            self.critic_optimizer.step()
+        self.critic_optimizer.zero_grad(set_to_none=True)
+        return norm
+
     def _value_loss(self, mb: Rows, w_tokens: float) -> tuple[torch.Tensor, dict[str, float]]:
         assert self.critic is not None
         mask = mb["response_mask"]
         values = self.critic(mb["input_ids"], mb["attention_mask"])[:, :-1]
         old = mb["values"]
         returns = mb["returns"]
-        clipped = old + (values - old).clamp(-VALUE_CLIP, VALUE_CLIP)
+        assert self.settings.critic is not None
+        clip = self.settings.critic.cliprange_value
+        clipped = old + (values - old).clamp(-clip, clip)
         unclipped_error = (values - returns) ** 2
         clipped_error = (clipped - returns) ** 2
         per_token = 0.5 * torch.maximum(unclipped_error, clipped_error)
-        loss = aggregate(per_token, mask, "token-mean")
+        loss = aggregate(per_token, mask, self.settings.critic.loss_agg_mode)
         with torch.no_grad():
             clip_frac = aggregate((clipped_error > unclipped_error).float(), mask, "token-mean")
             mean_value = aggregate(values.detach(), mask, "token-mean")
@@ -362,11 +412,12 @@ class FSDPWorker:
                    "values_mean": float(mean_value)}
         return loss * w_tokens, metrics
 
-    def _clip(self, model: nn.Module) -> float:
+    @staticmethod
+    def _clip(model: nn.Module, grad_clip: float) -> float:
         params = [p for p in model.parameters() if p.grad is not None]
         if not params:
             return 0.0
-        max_norm = self.config.trainer.grad_clip if self.config.trainer.grad_clip > 0 else float("inf")
+        max_norm = grad_clip if grad_clip > 0 else float("inf")
         norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
         return float(_full_tensor(norm))
 
@@ -429,7 +480,7 @@ class FSDPWorker:
             raise RuntimeError("this trainer has no checkpoint folder")
         if self.rank == 0:
             staging = self.checkpoints.begin(self.step)
-            for file in hf_support_files(self.config.model.model_path):
+            for file in hf_support_files(self.run.model.path):
                 (staging / "hf").mkdir(exist_ok=True)
                 shutil.copy2(file, staging / "hf" / file.name)
         dist.barrier()
@@ -447,15 +498,15 @@ class FSDPWorker:
                 "step": self.step,
                 "world_size": self.world_size,
                 "algorithm": self.plan.algorithm,
-                "model_path": self.config.model.model_path,
-                "dtype": self.config.model.dtype,
+                "model_path": self.run.model.path,
+                "dtype": self.settings.dtype,
                 "critic": self.critic is not None,
                 "scheduler": self.scheduler.state_dict(),
                 "critic_scheduler": self.critic_scheduler.state_dict() if self.critic_scheduler else None,
                 "extra": extra or {},
                 "saved_at": time.time(),
             }
-            path = self.checkpoints.commit(self.step, state, self.config.trainer.max_checkpoints)
+            path = self.checkpoints.commit(self.step, state, self.settings.max_checkpoints or 0)
             committed = str(path)
         dist.barrier()
         return committed

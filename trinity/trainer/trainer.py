@@ -2,7 +2,7 @@
 
 Usage (the launcher)::
 
-    trainer = FSDPTrainer(config, checkpoint_dir=..., placement_group=pg)   # Ray must be initialised
+    trainer = FSDPTrainer(plan, world_size=2, checkpoint_dir=..., placement_group=pg)   # Ray must be initialised
     resumed = trainer.resume()              # None on a fresh run, else {"step", "extra", "path"}
     metrics = trainer.train_step(experiences, checkpoint_extra={"task_position": ..., "buffer_position": ...})
     trainer.save_checkpoint(extra)          # e.g. at the end of a run
@@ -29,44 +29,90 @@ from typing import Any
 import torch
 
 import trinity.device
-from trinity.algorithm import AdvantageInputs, compute_advantages, kl_reward_penalty, outcome_token_rewards
-from trinity.common.config.schema import Config
+from trinity.algorithm import (
+    AdaptiveKLController,
+    AdvantageInputs,
+    compute_advantages,
+    kl_reward_penalty,
+    outcome_token_rewards,
+)
+from trinity.common.config.plan.run import RunPlan
 from trinity.common.experience import Experience, make_batch
-from trinity.trainer.batching import Rows, batch_rows, count_units, expand_pairs, shard_indices, take_rows
+from trinity.trainer.batching import (
+    Rows,
+    batch_rows,
+    count_units,
+    expand_pairs,
+    plan_micro_batches,
+    rows_batch,
+    shard_indices,
+    take_rows,
+)
 from trinity.trainer.checkpoint import CheckpointDir, CheckpointError, resolve_checkpoint
 from trinity.trainer.fsdp_worker import FSDPWorker
-from trinity.trainer.models import resolve_torch_compile
-from trinity.trainer.plan import TrainingPlan, resolve_plan
+from trinity.trainer.plan import AGG_UNITS, TrainingPlan, Units
 
 logger = logging.getLogger(__name__)
+
+#: Key of the adaptive KL controller's state among a checkpoint's extras.
+KL_CONTROLLER = "kl_controller"
+
+#: Folder of a checkpoint holding its Hugging Face export (``trainer.save_hf_checkpoint``).
+HF_EXPORT = "huggingface"
 
 #: Short names for the metrics users look at first.
 _ALIASES = {"kl/loss_kl": "kl", "kl/reward_penalty_kl": "kl"}
 
 
-def default_checkpoint_dir(config: Config) -> Path:
-    """Return ``<checkpoint_root_dir>/<project>/<name>/checkpoints``."""
-    return Path(config.checkpoint_root_dir) / config.project / config.name / "checkpoints"
+def default_checkpoint_dir(plan: RunPlan) -> Path:
+    """Return ``<run folder>/checkpoints``."""
+    return plan.run_dir / "checkpoints"
 
 
-def pad_token_id(config: Config) -> int:
-    """Return the pad token id of the run's tokenizer (its EOS when it has no pad token)."""
+def pad_token_id(model_path: str, trust_remote_code: bool = False) -> int:
+    """Return the pad token id of the model's tokenizer (its EOS when it has no pad token)."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(config.model.tokenizer_path or config.model.model_path)
+    tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust_remote_code)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     if pad is None:
-        raise ValueError(f"tokenizer of {config.model.model_path!r} has neither a pad nor an EOS token")
+        raise ValueError(f"tokenizer of {model_path!r} has neither a pad nor an EOS token")
     return int(pad)
 
 
+def step_units(plan: TrainingPlan, rows: Rows) -> dict[str, int]:
+    """Return the whole step's denominators of each loss term (every rank weighs its micro-batches by them)."""
+    mask = rows["response_mask"]
+    units = {
+        "policy": count_units(mask, plan.policy_units, paired=plan.paired),
+        "agg": count_units(mask, plan.agg_units),
+        "token": count_units(mask, "token"),
+    }
+    if plan.expert_rows:
+        expert = rows["expert_mask"].bool()
+        usual_units, expert_units = mix_units(plan)
+        units["usual"] = count_units(mask, usual_units, rows=~expert)
+        units["expert"] = count_units(mask, expert_units, rows=expert)
+        units["agg_usual"] = count_units(mask, plan.agg_units, rows=~expert)
+    return units
+
+
+def mix_units(plan: TrainingPlan) -> tuple[Units, Units]:
+    """Return the units of the rollout part and the expert part of a ``mix`` loss (by their aggregation modes)."""
+    options = plan.effective_options("policy_loss")
+    base = str(options.get("loss_agg_mode") or plan.loss_agg_mode)
+    usual = str(options.get("grpo_loss_agg_mode") or base)
+    expert = str(options.get("sft_loss_agg_mode") or base)
+    return AGG_UNITS.get(usual, "seq"), AGG_UNITS.get(expert, "seq")
+
+
 def worker_actor_options(
-    num_cpus: float, placement_group: Any = None, bundle_index: int = 0
+    num_cpus: float, placement_group: Any = None, bundle_index: int = 0, env: dict[str, str] | None = None
 ) -> dict[str, Any]:
     """Return Ray actor options for one trainer rank: one device of the selected backend plus ``num_cpus``."""
     options: dict[str, Any] = {
         "num_cpus": num_cpus,
-        "runtime_env": {"env_vars": trinity.device.worker_env()},
+        "runtime_env": {"env_vars": {**(env or {}), **trinity.device.worker_env()}},
     }
     options.update(trinity.device.ray_actor_resources(1))
     if placement_group is not None:
@@ -79,12 +125,15 @@ def worker_actor_options(
 
 
 class FSDPTrainer:
-    """Drives ``config.trainer.trainer_num`` FSDP2 ranks running as Ray actors."""
+    """Drives ``world_size`` FSDP2 ranks running as Ray actors."""
 
     def __init__(
         self,
-        config: Config,
+        run: RunPlan,
         *,
+        world_size: int = 1,
+        use_torch_compile: bool = False,
+        total_steps: int | None = None,
         checkpoint_dir: str | Path | None = None,
         placement_group: Any = None,
         bundle_offset: int = 0,
@@ -93,31 +142,39 @@ class FSDPTrainer:
     ) -> None:
         """Start the ranks and build the models (blocks until every rank is ready).
 
-        ``in_process`` runs the one rank of a ``trainer_num: 1`` trainer in this
-        process instead of a Ray actor (debugging, tests); it joins a process
-        group of one here.
+        ``use_torch_compile`` is the layout's decision (the backend's support);
+        ``total_steps`` is the run's length in steps, for warmup ratios and the
+        cosine schedule (None: unknown). ``in_process`` runs the one rank of a
+        one-rank trainer in this process instead of a Ray actor (debugging,
+        tests); it joins a process group of one here.
         """
-        self.config = config
-        self.plan: TrainingPlan = resolve_plan(config.algorithm)
-        resolve_torch_compile(config.trainer.use_torch_compile)  # one clear error before any actor starts
-        self.world_size = config.trainer.trainer_num
-        self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else default_checkpoint_dir(config)
-        self.pad_token_id = pad_token_id(config)
+        self.run = run
+        self.plan: TrainingPlan = run.algorithm
+        self.world_size = world_size
+        self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else default_checkpoint_dir(run)
+        self.pad_token_id = pad_token_id(run.model.path, run.model.trust_remote_code)
+        penalty = self.plan.kl_penalty
+        #: The KL penalty's adaptive coefficient (checkpointed with the run), or None.
+        self.kl_controller = (AdaptiveKLController(penalty.coef, penalty.target_kl or 0.0, penalty.horizon or 0.0)
+                              if penalty is not None and penalty.adaptive else None)
         self.step = 0
         self.in_process = in_process
         started = time.monotonic()
         if in_process:
             if self.world_size != 1:
-                raise ValueError(f"in_process runs one rank; trainer.trainer_num is {self.world_size}")
-            self.workers: list[Any] = [FSDPWorker(config, 0, 1, str(self.checkpoint_dir))]
+                raise ValueError(f"in_process runs one rank; this trainer has {self.world_size}")
+            self.workers: list[Any] = [FSDPWorker(run, 0, 1, str(self.checkpoint_dir),
+                                                  use_torch_compile=use_torch_compile, total_steps=total_steps)]
         else:
             import ray
 
-            cpus = float(config.cluster.cpus_per_bundle if num_cpus_per_worker is None else num_cpus_per_worker)
+            cpus = float(run.cluster.cpus_per_bundle if num_cpus_per_worker is None else num_cpus_per_worker)
             remote_cls = ray.remote(FSDPWorker)
             self.workers = [
-                remote_cls.options(**worker_actor_options(cpus, placement_group, bundle_offset + rank)).remote(
-                    config, rank, self.world_size, str(self.checkpoint_dir)
+                remote_cls.options(**worker_actor_options(cpus, placement_group, bundle_offset + rank,
+                                                          run.explorer.env_vars)).remote(
+                    run, rank, self.world_size, str(self.checkpoint_dir), use_torch_compile=use_torch_compile,
+                    total_steps=total_steps,
                 )
                 for rank in range(self.world_size)
             ]
@@ -140,20 +197,30 @@ class FSDPTrainer:
         """
         started = time.monotonic()
         plan = self.plan
+        if plan.needs_teacher_logprobs and any(e.teacher_logprobs is None for e in experiences):
+            raise ValueError(
+                f"algorithm {plan.algorithm!r} trains on the teacher's log-probs, but some experiences carry none; "
+                "use a workflow that asks a teacher model (e.g. on_policy_distill_math_workflow)"
+            )
         rows_list = expand_pairs(experiences) if plan.paired else list(experiences)
         batch = make_batch(rows_list, self.pad_token_id)
         rows: Rows = batch_rows(batch)
         shards = shard_indices(len(batch), self.world_size, 2 if plan.paired else 1)
 
+        lengths = [[int(v) for v in take_rows(rows, idx)["attention_mask"].sum(dim=1)] for idx in shards]
+        unit = 2 if plan.paired else 1
+        trainer = self.run.trainer
         wanted = []
-        if plan.needs_old_logprobs and any(e.logprobs is None for e in rows_list):
+        if plan.needs_old_logprobs and (trainer.recompute_old_logprobs or any(e.logprobs is None for e in rows_list)):
             wanted.append("old_logprobs")
         if plan.use_reference:
             wanted.append("ref_logprobs")
         if plan.use_critic:
             wanted.append("values")
         if wanted:
-            parts = self._per_rank("prepare", [(take_rows(rows, idx), wanted) for idx in shards])
+            forward = plan_micro_batches(lengths, trainer.forward, unit)
+            parts = self._per_rank("prepare", [(take_rows(rows, idx), wanted, cuts)
+                                               for idx, cuts in zip(shards, forward, strict=True)])
             for name in wanted:
                 merged = torch.zeros_like(rows["response_mask"])
                 for indices, part in zip(shards, parts, strict=True):
@@ -163,16 +230,19 @@ class FSDPTrainer:
                 rows[name] = merged
 
         metrics: dict[str, float] = {}
-        if plan.advantage_fn is not None:
-            metrics.update(self._advantages(rows, rows_list))
+        # advantages the buffer did not compute (experiences that bypassed the pipeline) are computed here
+        if plan.advantage_fn is not None and (plan.advantage_in == "trainer"
+                                              or any(e.advantages is None for e in rows_list)):
+            metrics.update(self._advantages(rows, len(rows_list)))
 
         mask = rows["response_mask"]
-        units = {
-            "policy": count_units(mask, plan.policy_units, paired=plan.paired),
-            "agg": count_units(mask, "token" if plan.aggregation == "token-mean" else "seq"),
-            "token": count_units(mask, "token"),
-        }
-        results = self._per_rank("update", [(take_rows(rows, idx), units) for idx in shards])
+        units = step_units(plan, rows)
+        actor_cuts = plan_micro_batches(lengths, trainer.batching, unit)
+        critic_cuts = (plan_micro_batches(lengths, trainer.critic.batching, unit) if trainer.critic is not None
+                       else [[] for _ in shards])
+        step = self.step + 1
+        results = self._per_rank("update", [(take_rows(rows, idx), units, cuts, critic, step)
+                                            for idx, cuts, critic in zip(shards, actor_cuts, critic_cuts, strict=True)])
         metrics.update(self._merge(results))
         self.step = int(results[0]["step"])
         tokens = mask != 0
@@ -183,35 +253,35 @@ class FSDPTrainer:
             reward_mean=float(batch.rewards.mean()),
             step=float(self.step),
         )
-        if plan.advantage_fn is not None:
+        if plan.advantage_fn is not None and "advantages" in rows:
             metrics["advantage_mean"] = float(rows["advantages"][tokens].mean()) if bool(tokens.any()) else 0.0
         for source, alias in _ALIASES.items():
             if source in metrics:
                 metrics[alias] = metrics[source]
         metrics["step_time_s"] = time.monotonic() - started
-        interval = self.config.trainer.save_interval
+        interval = self.run.trainer.save_interval
         if interval > 0 and self.step % interval == 0:
             self.save_checkpoint(checkpoint_extra)
         return metrics
 
-    def _advantages(self, rows: Rows, experiences: Sequence[Experience]) -> dict[str, float]:
+    def _advantages(self, rows: Rows, batch_size: int) -> dict[str, float]:
+        """Compute the trainer-side advantages (after the KL reward penalty, when there is one) into ``rows``."""
         plan = self.plan
         assert plan.advantage_fn is not None
         metrics: dict[str, float] = {}
-        if not plan.use_critic and plan.kl_target != "reward" and all(e.advantages is not None for e in experiences):
-            return metrics  # the experience pipeline computed them already
         token_rewards = None
-        if plan.kl_target == "reward":
-            assert plan.kl_fn is not None
+        penalty = plan.kl_penalty
+        if penalty is not None:
+            coef = self.kl_controller.coef if self.kl_controller is not None else penalty.coef
             token_rewards, kl_metrics = kl_reward_penalty(
                 outcome_token_rewards(rows["rewards"], rows["response_mask"]), rows["old_logprobs"],
-                rows["ref_logprobs"], rows["response_mask"], coef=plan.kl_coef, kl_fn=plan.kl_fn,
+                rows["ref_logprobs"], rows["response_mask"], coef=coef, kl_fn=penalty.fn,
             )
             metrics.update(kl_metrics)
-        inputs = AdvantageInputs(
-            rewards=rows["rewards"], response_mask=rows["response_mask"], group_index=rows["group_index"],
-            values=rows.get("values"), token_level_rewards=token_rewards,
-        )
+            if self.kl_controller is not None:
+                self.kl_controller.update(kl_metrics["kl/reward_penalty_kl"], batch_size)
+        inputs = AdvantageInputs.from_batch(rows_batch(rows), values=rows.get("values"),
+                                            token_level_rewards=token_rewards)
         advantages, returns = compute_advantages(plan.advantage_fn, inputs, **plan.advantage_options)
         rows["advantages"] = advantages.float()
         rows["returns"] = returns.float()
@@ -237,11 +307,34 @@ class FSDPTrainer:
 
     # -- checkpoints -----------------------------------------------------------------------
 
-    def save_checkpoint(self, extra: dict[str, Any] | None = None) -> str:
-        """Save a checkpoint of the current step with the launcher's ``extra``; return its folder."""
+    def save_checkpoint(self, extra: dict[str, Any] | None = None, *, final: bool = False) -> str:
+        """Save a checkpoint of the current step with the launcher's ``extra``; return its folder.
+
+        With ``trainer.save_hf_checkpoint`` ``always`` (or ``last`` and ``final``)
+        the checkpoint also gets a Hugging Face export in ``<checkpoint>/huggingface``.
+        """
+        if self.kl_controller is not None:
+            extra = {**(extra or {}), KL_CONTROLLER: self.kl_controller.state_dict()}
         paths = self._on_all("save_checkpoint", extra)
         assert paths[0] is not None
+        mode = self.run.trainer.save_hf
+        if mode == "always" or (mode == "last" and final):
+            self.export_hf(paths[0])
         return str(paths[0])
+
+    def export_hf(self, checkpoint: str | Path | None = None) -> Path | None:
+        """Write the Hugging Face model of ``checkpoint`` (default: the latest) to ``<checkpoint>/huggingface``.
+
+        Returns the folder, or None when there is no checkpoint. Raises ConversionError.
+        """
+        from trinity.manager.checkpoint_converter import convert_checkpoint
+
+        folder = Path(checkpoint) if checkpoint is not None else CheckpointDir(self.checkpoint_dir).latest()
+        if folder is None:
+            return None
+        exported = convert_checkpoint(folder, folder / HF_EXPORT, overwrite=True)
+        logger.info("Hugging Face model of step %d: %s", self.step, exported)
+        return exported
 
     def resume(self, path: str | Path | None = None) -> dict[str, Any] | None:
         """Restore the checkpoint ``path`` (a ``step-N`` folder or a checkpoint root; default: the latest).
@@ -262,7 +355,10 @@ class FSDPTrainer:
             cause = getattr(exc, "cause", None) or exc
             raise CheckpointError(f"cannot resume from {folder}: {type(cause).__name__}: {cause}") from exc
         self.step = int(restored["step"])
-        return {"step": self.step, "extra": restored["extra"], "path": str(folder)}
+        extra = restored["extra"] or {}
+        if self.kl_controller is not None and KL_CONTROLLER in extra:
+            self.kl_controller.load_state_dict(extra[KL_CONTROLLER])
+        return {"step": self.step, "extra": extra, "path": str(folder)}
 
     # -- weights ---------------------------------------------------------------------------
 

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from trinity.common.config.schema import StorageConfig
+from trinity.common.config.plan.data import StoragePlan
 from trinity.common.experience import Experience
 from trinity.common.registry import Registry
 
@@ -44,7 +44,7 @@ class ExperienceStorage(ABC):
 
     @classmethod
     @abstractmethod
-    def from_config(cls, config: StorageConfig, *, name: str, run_dir: str | Path) -> ExperienceStorage:
+    def from_config(cls, config: StoragePlan, *, name: str, run_dir: str | Path) -> ExperienceStorage:
         """Return the storage ``config`` describes; a relative or empty path lives under ``run_dir``."""
 
     @abstractmethod

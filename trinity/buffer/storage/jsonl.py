@@ -35,7 +35,7 @@ from trinity.buffer.storage.base import (
     resolve_path,
     seconds,
 )
-from trinity.common.config.schema import StorageConfig
+from trinity.common.config.plan.data import StoragePlan
 from trinity.common.experience import Experience
 from trinity.utils.fs import fsync_dir as _fsync_dir
 
@@ -63,7 +63,7 @@ class JsonlStorage(ExperienceStorage):
         self._warned_lines: set[int] = set()
 
     @classmethod
-    def from_config(cls, config: StorageConfig, *, name: str, run_dir: str | Path) -> JsonlStorage:
+    def from_config(cls, config: StoragePlan, *, name: str, run_dir: str | Path) -> JsonlStorage:
         """Return the storage at ``config.path`` (default ``<run_dir>/buffer/<name>.jsonl``)."""
         return cls(resolve_path(config.path, run_dir, name, ".jsonl"), name)
 

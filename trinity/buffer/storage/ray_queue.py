@@ -22,7 +22,7 @@ from ray.exceptions import RayActorError
 
 from trinity.buffer.errors import BufferExhaustedError, StorageClosedError, StorageError, StorageTimeoutError
 from trinity.buffer.storage.base import STORAGES, ExperienceStorage, check_count, seconds
-from trinity.common.config.schema import StorageConfig
+from trinity.common.config.plan.data import StoragePlan
 from trinity.common.experience import Experience
 
 
@@ -127,7 +127,7 @@ class QueueStorage(ExperienceStorage):
         ).remote(capacity)
 
     @classmethod
-    def from_config(cls, config: StorageConfig, *, name: str, run_dir: str | Path) -> QueueStorage:
+    def from_config(cls, config: StoragePlan, *, name: str, run_dir: str | Path) -> QueueStorage:
         """Return the queue of ``config`` (its capacity; the path is not used)."""
         return cls(name, capacity=config.capacity)
 

@@ -38,7 +38,7 @@ from trinity.buffer.storage.base import (
     resolve_path,
     seconds,
 )
-from trinity.common.config.schema import StorageConfig
+from trinity.common.config.plan.data import StoragePlan
 from trinity.common.experience import Experience
 
 #: Key of the ``buffer_state`` row that says the writers closed the storage.
@@ -140,7 +140,7 @@ class SQLiteStorage(ExperienceStorage):
         self._engine: Engine | None = open_engine(self.path, busy_timeout)
 
     @classmethod
-    def from_config(cls, config: StorageConfig, *, name: str, run_dir: str | Path) -> SQLiteStorage:
+    def from_config(cls, config: StoragePlan, *, name: str, run_dir: str | Path) -> SQLiteStorage:
         """Return the storage at ``config.path`` (default ``<run_dir>/buffer/<name>.sqlite``)."""
         return cls(resolve_path(config.path, run_dir, name, ".sqlite"), name)
 

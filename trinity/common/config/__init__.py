@@ -1,4 +1,4 @@
-"""Typed run configuration: dataclass sections loaded from YAML with one-line errors."""
+"""Typed run configuration: upstream Trinity-RFT's schema, loaded from YAML with one-line errors."""
 
 from trinity.common.config.loader import ConfigError, load_config, parse_config
 from trinity.common.config.schema import (
@@ -6,13 +6,15 @@ from trinity.common.config.schema import (
     BufferConfig,
     ClusterConfig,
     Config,
+    ExperienceBufferConfig,
     ExplorerConfig,
+    FormatConfig,
+    InferenceModelConfig,
     ModelConfig,
     MonitorConfig,
     OptimizerConfig,
-    StorageConfig,
     SynchronizerConfig,
-    TaskSetConfig,
+    TasksetConfig,
     TinyModelConfig,
     TrainerConfig,
 )
@@ -23,13 +25,15 @@ __all__ = [
     "ClusterConfig",
     "Config",
     "ConfigError",
+    "ExperienceBufferConfig",
     "ExplorerConfig",
+    "FormatConfig",
+    "InferenceModelConfig",
     "ModelConfig",
     "MonitorConfig",
     "OptimizerConfig",
-    "StorageConfig",
     "SynchronizerConfig",
-    "TaskSetConfig",
+    "TasksetConfig",
     "TinyModelConfig",
     "TrainerConfig",
     "load_config",

@@ -1,4 +1,8 @@
-"""Cross-field rules of a configuration that need no cluster (the cluster validator checks devices)."""
+"""Rules of a configuration that need nothing but the config: value ranges and choices.
+
+Names (algorithms, workflows, ...), the device layout and derived values
+are checked when the plan is resolved (:mod:`trinity.common.config.plan`).
+"""
 
 from __future__ import annotations
 
@@ -7,72 +11,112 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from trinity.common.config.schema import Config
 
+#: Choices of string settings, by dotted path (compared case-insensitively).
+CHOICES: dict[str, tuple[str, ...]] = {
+    "mode": ("both", "explore", "train", "bench"),
+    "trainer.trainer_type": ("verl", "fsdp"),
+    "trainer.trainer_strategy": ("fsdp", "fsdp2"),
+    "trainer.save_hf_checkpoint": ("last", "always", "never"),
+    "synchronizer.sync_style": ("fixed", "explorer_driven", "trainer_driven", "dynamic_by_explorer",
+                                "dynamic_by_trainer"),
+    "monitor.monitor_type": ("tensorboard", "wandb", "none"),
+    "algorithm.optimizer.lr_scheduler_type": ("constant", "cosine"),
+    "algorithm.optimizer.optimizer_type": ("adam", "adamw", "sgd"),
+    "explorer.concurrent_mode": ("sequential", "asynchronous", "multi-threading"),
+    "explorer.rollout_model.engine_type": ("auto", "vllm", "hf"),
+    "log.level": ("debug", "info", "warning", "error", "critical"),
+}
+
+
+def _get(config: Config, dotted: str) -> object:
+    node: object = config
+    for part in dotted.split("."):
+        node = getattr(node, part)
+    return node
+
 
 def check_rules(config: Config) -> None:
     """Raise ``ConfigError`` naming the first broken rule's dotted path."""
     from trinity.common.config.loader import ConfigError
 
+    for path, choices in CHOICES.items():
+        value = _get(config, path)
+        if isinstance(value, str) and value.strip().lower() not in choices:
+            raise ConfigError(f"{path}: {value!r} is not one of {', '.join(choices)}")
+    if config.algorithm.optimizer.warmup_style is not None:
+        style = config.algorithm.optimizer.warmup_style.strip().lower()
+        if style not in CHOICES["algorithm.optimizer.lr_scheduler_type"]:
+            raise ConfigError(f"algorithm.optimizer.warmup_style: {style!r} is not one of constant, cosine")
+    rollout = config.explorer.rollout_model
     positive: dict[str, float] = {
         "buffer.batch_size": config.buffer.batch_size,
         "buffer.total_epochs": config.buffer.total_epochs,
         "algorithm.repeat_times": config.algorithm.repeat_times,
-        "explorer.engine_num": config.explorer.engine_num,
-        "explorer.tensor_parallel_size": config.explorer.tensor_parallel_size,
-        "explorer.runners_per_engine": config.explorer.runners_per_engine,
-        "explorer.max_batch_size": config.explorer.max_batch_size,
+        "explorer.rollout_model.engine_num": rollout.engine_num,
+        "explorer.rollout_model.tensor_parallel_size": rollout.tensor_parallel_size,
+        "explorer.rollout_model.max_batch_size": rollout.max_batch_size,
+        "explorer.runner_per_model": config.explorer.runner_per_model,
+        "explorer.max_timeout": config.explorer.max_timeout,
         "synchronizer.sync_interval": config.synchronizer.sync_interval,
+        "synchronizer.sync_timeout": config.synchronizer.sync_timeout,
         "synchronizer.bucket_size_mb": config.synchronizer.bucket_size_mb,
-        "trainer.trainer_num": config.trainer.trainer_num,
-        "trainer.micro_batch_size": config.trainer.micro_batch_size,
-        "trainer.ppo_epochs": config.trainer.ppo_epochs,
-        "cluster.node_num": config.cluster.node_num,
-        "cluster.devices_per_node": config.cluster.devices_per_node,
-        "model.max_prompt_tokens": config.model.max_prompt_tokens,
-        "model.max_response_tokens": config.model.max_response_tokens,
+        "algorithm.optimizer.lr": config.algorithm.optimizer.lr,
+        "cluster.cpus_per_bundle": config.cluster.cpus_per_bundle,
+        "trainer.ulysses_sequence_parallel_size": config.trainer.ulysses_sequence_parallel_size,
     }
     for path, value in positive.items():
-        if value < 1:
-            raise ConfigError(f"{path}: must be at least 1, got {value}")
-    non_negative: dict[str, float] = {
+        if value <= 0:
+            raise ConfigError(f"{path}: must be positive, got {value:g}")
+    non_negative: dict[str, float | None] = {
+        "buffer.train_batch_size": config.buffer.train_batch_size,
         "buffer.total_steps": config.buffer.total_steps,
+        "trainer.total_steps": config.trainer.total_steps,
         "synchronizer.sync_offset": config.synchronizer.sync_offset,
         "trainer.save_interval": config.trainer.save_interval,
-        "explorer.max_retries": config.explorer.max_retries,
-        "explorer.eval_interval": config.explorer.eval_interval,
-        "algorithm.optimizer.warmup_steps": config.algorithm.optimizer.warmup_steps,
         "trainer.grad_clip": config.trainer.grad_clip,
-        "model.top_k": config.model.top_k,
+        "trainer.max_token_len_per_gpu": config.trainer.max_token_len_per_gpu,
+        "explorer.max_retry_times": config.explorer.max_retry_times,
+        "explorer.eval_interval": config.explorer.eval_interval,
+        "cluster.node_num": config.cluster.node_num,
+        "cluster.gpu_per_node": config.cluster.gpu_per_node,
+        "model.min_response_tokens": config.model.min_response_tokens,
+        "model.max_model_len": config.model.max_model_len,
+        "model.max_prompt_tokens": config.model.max_prompt_tokens,
+        "model.max_response_tokens": config.model.max_response_tokens,
+        "model.temperature": config.model.temperature,
+        "model.logprobs": config.model.logprobs,
+        "algorithm.optimizer.weight_decay": config.algorithm.optimizer.weight_decay,
+        "algorithm.optimizer.lr_warmup_steps_ratio": config.algorithm.optimizer.lr_warmup_steps_ratio,
     }
-    for path, value in non_negative.items():
-        if value < 0:
-            raise ConfigError(f"{path}: must be 0 or more, got {value}")
-    if not 0 < config.explorer.memory_utilization <= 1:
+    for path, maybe in non_negative.items():
+        if maybe is not None and maybe < 0:
+            raise ConfigError(f"{path}: must be 0 or more, got {maybe:g}")
+    if config.trainer.ulysses_sequence_parallel_size > 1:
         raise ConfigError(
-            f"explorer.memory_utilization: must be in (0, 1], got {config.explorer.memory_utilization}"
+            f"trainer.ulysses_sequence_parallel_size: {config.trainer.ulysses_sequence_parallel_size} is not "
+            "supported: Ulysses sequence parallelism is not implemented; set it to 1"
         )
-    if config.explorer.max_model_len < 0:
-        raise ConfigError(
-            f"explorer.max_model_len: must be 0 (the model's) or more, got {config.explorer.max_model_len}"
-        )
-    if config.cluster.cpus_per_bundle <= 0:
-        raise ConfigError(f"cluster.cpus_per_bundle: must be positive, got {config.cluster.cpus_per_bundle}")
-    if config.model.temperature < 0:
-        raise ConfigError(f"model.temperature: must be 0 (greedy) or more, got {config.model.temperature}")
     if not 0 < config.model.top_p <= 1:
         raise ConfigError(f"model.top_p: must be in (0, 1], got {config.model.top_p}")
-    if config.algorithm.optimizer.lr <= 0:
-        raise ConfigError(f"algorithm.optimizer.lr: must be positive, got {config.algorithm.optimizer.lr}")
-    if len(config.algorithm.optimizer.betas) != 2 or not all(0 <= b < 1 for b in config.algorithm.optimizer.betas):
+    if not 0 < rollout.gpu_memory_utilization <= 1:
         raise ConfigError(
-            f"algorithm.optimizer.betas: expected two numbers in [0, 1), got {config.algorithm.optimizer.betas}"
+            f"explorer.rollout_model.gpu_memory_utilization: must be in (0, 1], got {rollout.gpu_memory_utilization}"
         )
-    if config.explorer.timeout <= 0 or config.synchronizer.sync_timeout <= 0:
-        raise ConfigError("explorer.timeout and synchronizer.sync_timeout: must be positive seconds")
+    if not 0 <= config.algorithm.optimizer.lr_warmup_steps_ratio <= 1:
+        raise ConfigError("algorithm.optimizer.lr_warmup_steps_ratio: must be in [0, 1]")
+    if not 0 <= config.algorithm.optimizer.min_lr_ratio <= 1:
+        raise ConfigError("algorithm.optimizer.min_lr_ratio: must be in [0, 1]")
+    betas = config.algorithm.optimizer.betas
+    if len(betas) != 2 or not all(0 <= b < 1 for b in betas):
+        raise ConfigError(f"algorithm.optimizer.betas: expected two numbers in [0, 1), got {betas}")
+    optimizer = config.algorithm.optimizer
+    if config.source.is_set("algorithm.optimizer.clip_grad") and optimizer.clip_grad != config.trainer.grad_clip:
+        raise ConfigError(
+            f"algorithm.optimizer.clip_grad: {config.algorithm.optimizer.clip_grad:g} differs from "
+            f"trainer.grad_clip ({config.trainer.grad_clip:g}); the FSDP trainer clips by trainer.grad_clip "
+            "(upstream uses clip_grad for Megatron only): set trainer.grad_clip and remove clip_grad"
+        )
     if not config.model.model_path:
         raise ConfigError(
             "model.model_path: required (a Hugging Face model folder; with model.tiny it is built if missing)"
         )
-    if config.mode == "bench" and not config.buffer.eval_tasks:
-        raise ConfigError("buffer.eval_tasks: mode bench needs at least one evaluation task set")
-    if config.mode in ("both", "explore") and not config.buffer.train_tasks.path:
-        raise ConfigError("buffer.train_tasks.path: required in mode both/explore (a JSONL or Parquet task file)")

@@ -1,18 +1,21 @@
-"""Checks of a config against the selected device backend and the Ray cluster's resources.
+"""The device layout of a run: a plan checked against the selected device backend and the Ray cluster.
 
-Every device decision comes from the backend: the Ray resource key devices are
-counted by, whether ``torch.compile`` is allowed, which collective ``online``
-means. Errors are :class:`ConfigError` naming the dotted path, what was asked
-and what exists.
+Every device decision comes from the backend: the Ray resource key devices
+are counted by, whether ``torch.compile`` is allowed, which collective
+``online`` (upstream's ``nccl``) means, and whether ``engine_type: auto`` is
+vLLM (an accelerator) or hf (the CPU). As upstream does, the trainer gets the
+devices the engines leave: ``node_num x gpu_per_node - engines x tp``
+(all of them in mode train). Errors are :class:`ConfigError` naming the
+dotted path, what was asked and what exists.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from trinity.common.config.loader import ConfigError
-from trinity.common.config.schema import Config
+from trinity.common.config.plan.run import RunPlan
 from trinity.common.constants import SyncMethod, SyncMethodError
 from trinity.device.backend import Backend
 
@@ -23,30 +26,77 @@ class Layout:
 
     #: Ray resource one device is counted by; None on the CPU backend.
     resource_key: str | None
+    #: The rollout engine type: ``vllm`` or ``hf``.
+    engine_type: str
     #: Devices (or CPU bundles) each engine takes: tensor_parallel_size, one bundle each.
     devices_per_engine: int
-    #: Engines.
+    #: Rollout engines.
     engines: int
-    #: Trainer processes.
+    #: Trainer processes (data-parallel ranks).
     trainers: int
+    #: Nodes of the layout.
+    nodes: int
+    #: Devices (or CPU bundles) per node.
+    devices_per_node: int
     #: CPUs reserved per bundle.
     cpus_per_bundle: float
     #: The resolved sync method.
     sync_method: SyncMethod
     #: Whether the trainer compiles the model.
     use_torch_compile: bool
+    #: How ``devices_per_node`` / ``nodes`` were decided (for the plan and the log).
+    source: str = "config"
+
+    def describe(self) -> list[str]:
+        """Plain lines for ``trinity run --dry-run``."""
+        unit = self.resource_key or "CPU bundle"
+        lines = [f"{self.nodes} node(s) x {self.devices_per_node} {unit} ({self.source})"]
+        if self.engines:
+            lines.append(f"{self.engines} {self.engine_type} engine(s) x {self.devices_per_engine} {unit}")
+        if self.trainers:
+            lines.append(f"{self.trainers} trainer rank(s), one {unit} each")
+        lines.append(f"{self.cpus_per_bundle:g} CPU(s) reserved per bundle")
+        return lines
 
 
-def resolve_layout(config: Config, backend: Backend, cluster_resources: Mapping[str, float]) -> Layout:
-    """Return the layout for ``config`` on ``backend`` given ``ray.cluster_resources()``; raise ConfigError."""
-    info = backend.info
+def node_devices(nodes: Sequence[Mapping[str, float]], key: str | None) -> tuple[int, int]:
+    """Return ``(alive nodes, devices per node)`` of a cluster from each node's resources (0 devices: none)."""
+    if not nodes:
+        return 0, 0
+    if key is None:
+        return len(nodes), 0
+    counts = [int(n.get(key, 0)) for n in nodes]
+    with_devices = [c for c in counts if c > 0]
+    return (len(with_devices) or len(nodes)), (max(with_devices) if with_devices else 0)
+
+
+def resolve_layout(plan: RunPlan, backend: Backend, cluster_resources: Mapping[str, float],
+                   nodes: Sequence[Mapping[str, float]] = ()) -> Layout:
+    """Return the layout of ``plan`` on ``backend`` given ``ray.cluster_resources()`` and each alive node's resources.
+
+    ``nodes`` (``[node["Resources"] for node in ray.nodes()]``) decides
+    ``node_num`` / ``gpu_per_node`` left at 0; without it the local probe's
+    device count stands in (dry runs). Raises ConfigError naming the config file.
+    """
+    from trinity.common.config.plan.run import in_file
+
     try:
-        sync_method = SyncMethod.parse(config.synchronizer.sync_method, collective=info.collective_backend)
+        return _layout(plan, backend, cluster_resources, nodes)
+    except ConfigError as exc:
+        raise in_file(plan.config, exc) from None
+
+
+def _layout(plan: RunPlan, backend: Backend, cluster_resources: Mapping[str, float],
+            nodes: Sequence[Mapping[str, float]]) -> Layout:
+    info = backend.info
+    method = plan.sync.method
+    try:
+        sync_method = SyncMethod.parse("online" if method == "nccl" else method, collective=info.collective_backend)
     except SyncMethodError as exc:
         raise ConfigError(f"synchronizer.sync_method: {exc}") from None
 
     support = backend.compile_support()
-    use_compile = config.trainer.use_torch_compile
+    use_compile = plan.trainer.use_torch_compile
     if use_compile is None:
         use_compile = support.supported
     elif use_compile and not support.supported:
@@ -55,67 +105,114 @@ def resolve_layout(config: Config, backend: Backend, cluster_resources: Mapping[
             "set it to false or remove it"
         )
 
-    if config.explorer.engine_type == "vllm" and info.ray_resource_key is None:
-        raise ConfigError(
-            f"explorer.engine_type: vllm needs an accelerator, but the selected device backend is {info.name!r}; "
-            "use engine_type: hf on this machine"
-        )
-
-    if config.explorer.engine_type == "hf" and config.explorer.tensor_parallel_size > 1:
-        raise ConfigError(
-            f"explorer.tensor_parallel_size: {config.explorer.tensor_parallel_size} asked, but the hf engine runs "
-            "on one device; set it to 1, or use engine_type: vllm for tensor parallelism"
-        )
-
-    engines = config.explorer.engine_num if config.mode in ("both", "explore", "bench") else 0
-    trainers = config.trainer.trainer_num if config.mode in ("both", "train") else 0
-    tp = config.explorer.tensor_parallel_size
     key = info.ray_resource_key
-    cpus = config.cluster.cpus_per_bundle
+    rollout = plan.explorer.rollout
+    engine_type = rollout.engine_type
+    if engine_type == "auto":
+        engine_type = "hf" if key is None else "vllm"
+    if engine_type == "vllm" and key is None:
+        raise ConfigError(
+            f"explorer.rollout_model.engine_type: vllm needs an accelerator, but the selected device backend is "
+            f"{info.name!r}; use engine_type: hf (or auto) on this machine"
+        )
+    tp = rollout.tensor_parallel_size
+    if engine_type == "hf" and tp > 1:
+        raise ConfigError(
+            f"explorer.rollout_model.tensor_parallel_size: {tp} asked, but the hf engine runs on one device; set it "
+            "to 1, or use engine_type: vllm for tensor parallelism"
+        )
+    for aux in plan.explorer.auxiliary:
+        if aux.engine_type == "vllm" and key is None:
+            raise ConfigError(f"explorer.auxiliary_models ({aux.name}): vllm needs an accelerator; use engine_type: hf")
+
+    engines = rollout.engine_num if plan.uses_explorer else 0
+    explorer_devices = engines * tp + (sum(a.devices for a in plan.explorer.auxiliary) if plan.uses_explorer else 0)
+    node_num, per_node, source = _cluster_size(plan, backend, nodes, key, explorer_devices)
+    total = node_num * per_node
+    cpus = plan.cluster.cpus_per_bundle
+    if plan.uses_trainer:
+        trainers = total - explorer_devices if plan.mode == "both" else total
+        if trainers < 1:
+            raise ConfigError(
+                f"cluster: {node_num} node(s) x {per_node} device(s) = {total}, but the explorer takes "
+                f"{explorer_devices} ({engines} engine(s) x {tp}"
+                f"{' + auxiliary models' if plan.explorer.auxiliary else ''}): none is left for the trainer; raise "
+                "cluster.gpu_per_node or lower explorer.rollout_model.engine_num"
+            )
+        if trainers > per_node and trainers % per_node:
+            raise ConfigError(
+                f"cluster: the trainer gets {trainers} devices, which is not a whole number of nodes of {per_node}; "
+                "change explorer.rollout_model.engine_num or tensor_parallel_size"
+            )
+    else:
+        trainers = 0
+        if explorer_devices > total:
+            raise ConfigError(
+                f"cluster: the explorer needs {explorer_devices} device(s) but node_num x gpu_per_node = {total}; "
+                "raise cluster.gpu_per_node or lower explorer.rollout_model.engine_num"
+            )
+    if tp > per_node:
+        raise ConfigError(
+            f"explorer.rollout_model.tensor_parallel_size: {tp} devices per engine but there are {per_node} per "
+            "node; an engine must fit on one node"
+        )
+    if nodes or cluster_resources:
+        _check_cluster(plan, key, engines=engines, tp=tp, trainers=trainers, node_num=node_num, per_node=per_node,
+                       cluster_resources=cluster_resources, explorer_devices=explorer_devices)
+    return Layout(
+        resource_key=key, engine_type=engine_type, devices_per_engine=tp, engines=engines, trainers=trainers,
+        nodes=node_num, devices_per_node=per_node, cpus_per_bundle=cpus, sync_method=sync_method,
+        use_torch_compile=bool(use_compile), source=source,
+    )
+
+
+def _cluster_size(plan: RunPlan, backend: Backend, nodes: Sequence[Mapping[str, float]], key: str | None,
+                  explorer_devices: int) -> tuple[int, int, str]:
+    """Return ``(node_num, devices per node, how they were decided)``."""
+    node_num, per_node = plan.cluster.node_num, plan.cluster.devices_per_node
+    if node_num and per_node:
+        return node_num, per_node, "config"
+    found_nodes, found_devices = node_devices(nodes, key)
+    if key is None:
+        # the CPU backend: a "device" is a bundle of cpus_per_bundle CPUs; by default the explorer's plus one rank
+        default = explorer_devices + (1 if plan.uses_trainer else 0)
+        return node_num or 1, per_node or default, "config" if per_node else "CPU bundles: engines + one trainer rank"
+    if not nodes:
+        found_nodes, found_devices = 1, backend.probe().device_count
+    if not (node_num or found_nodes) or not (per_node or found_devices):
+        raise ConfigError(
+            f"cluster: gpu_per_node and node_num are 0 (detect), but no {key} device was found; set them, or check "
+            "`ray status` and `trinity backends list`"
+        )
+    return node_num or found_nodes, per_node or found_devices, "detected from the cluster"
+
+
+def _check_cluster(plan: RunPlan, key: str | None, *, engines: int, tp: int, trainers: int, node_num: int,
+                   per_node: int, cluster_resources: Mapping[str, float], explorer_devices: int) -> None:
+    """Check the layout against what the Ray cluster has; raises ConfigError."""
+    cpus = plan.cluster.cpus_per_bundle
+    bundles = explorer_devices + trainers
     if key is not None:
-        asked = engines * tp + trainers
         have = float(cluster_resources.get(key, 0))
-        per_node = config.cluster.devices_per_node
-        declared = config.cluster.node_num * per_node
-        if tp > per_node:
+        if bundles > have:
             raise ConfigError(
-                f"explorer.tensor_parallel_size: {tp} devices per engine but cluster.devices_per_node is {per_node}; "
-                "an engine must fit on one node"
+                f"cluster: the run asks for {bundles} {key} ({engines} engine(s) x {tp} + {trainers} trainer rank(s)"
+                f"{' + auxiliary models' if plan.explorer.auxiliary else ''}) but the Ray cluster has {have:g}; "
+                "check `ray status`, or lower cluster.gpu_per_node / explorer.rollout_model.engine_num"
             )
-        if asked > declared:
-            raise ConfigError(
-                f"cluster: the run asks for {asked} {key} ({engines} engine(s) x {tp} + {trainers} trainer(s)) but "
-                f"cluster.node_num x devices_per_node = {declared}; lower explorer.engine_num/trainer.trainer_num "
-                "or raise the cluster size"
-            )
-        if asked > have:
-            raise ConfigError(
-                f"cluster: the run asks for {asked} {key} but the Ray cluster has {have:g}; "
-                f"check `ray status`, or lower explorer.engine_num/trainer.trainer_num"
-            )
-        unplaced = unpackable_groups(trainers, engines, tp, config.cluster.node_num, per_node)
+        unplaced = unpackable_groups(trainers, engines, tp, node_num, per_node)
         if unplaced:
             raise ConfigError(
-                f"cluster: {unplaced} cannot be placed on {config.cluster.node_num} node(s) x {per_node} {key}: "
-                f"the trainer ranks (when they fit a node) and each engine's {tp} device(s) must each share one "
-                "node; change explorer.engine_num, explorer.tensor_parallel_size or trainer.trainer_num"
+                f"cluster: {unplaced} cannot be placed on {node_num} node(s) x {per_node} {key}: the trainer ranks "
+                f"(when they fit a node) and each engine's {tp} device(s) must each share one node; change "
+                "explorer.rollout_model.engine_num or tensor_parallel_size, or cluster.gpu_per_node"
             )
-    bundles = engines * tp + trainers
     have_cpus = float(cluster_resources.get("CPU", 0))
     if bundles * cpus > have_cpus:
         raise ConfigError(
             f"cluster.cpus_per_bundle: {bundles} bundle(s) x {cpus:g} CPU = {bundles * cpus:g} CPUs asked but the "
-            f"Ray cluster has {have_cpus:g}; lower cluster.cpus_per_bundle or the number of engines/trainers"
+            f"Ray cluster has {have_cpus:g}; lower cluster.cpus_per_bundle, cluster.gpu_per_node or the engines"
         )
-    return Layout(
-        resource_key=key,
-        devices_per_engine=tp,
-        engines=engines,
-        trainers=trainers,
-        cpus_per_bundle=cpus,
-        sync_method=sync_method,
-        use_torch_compile=bool(use_compile),
-    )
 
 
 def unpackable_groups(trainers: int, engines: int, tp: int, nodes: int, per_node: int) -> str:

@@ -1,8 +1,8 @@
 """The inference-engine registry and how the explorer starts engines as Ray actors.
 
-:data:`ENGINES` maps ``explorer.engine_type`` to a loader returning the
-engine class (loaded lazily: importing an engine may import torch,
-transformers or vllm). :func:`create_engines` starts ``explorer.engine_num``
+:data:`ENGINES` maps an engine type (``hf``, ``vllm``) to a loader returning
+the engine class (loaded lazily: importing an engine may import torch,
+transformers or vllm). :func:`create_engines` starts the rollout model's
 engines, as Ray actors by default.
 """
 
@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from trinity.common.config.schema import Config
+from trinity.common.config.plan.explorer import EnginePlan
+from trinity.common.config.plan.run import RunPlan
 from trinity.common.registry import Registry
 
-#: Engine classes by ``explorer.engine_type``, as loaders (``ENGINES.get("hf")()`` is the class).
+#: Engine classes by engine type, as loaders (``ENGINES.get("hf")()`` is the class).
 ENGINES: Registry[Callable[[], type]] = Registry("inference engine")
 
 #: An engine class may offer ``missing_requirement() -> str | None``: what must be installed for it to start.
@@ -36,7 +37,7 @@ ENGINES.add("hf", _load_hf)
 ENGINES.add("vllm", _load_vllm)
 
 
-def engine_actor_options(config: Config, engine_cls: type | None = None) -> dict[str, Any]:
+def engine_actor_options(plan: RunPlan, engine_cls: type, engine: EnginePlan | None = None) -> dict[str, Any]:
     """Return the Ray options of one engine actor: its devices, a CPU, concurrency for the runners, worker env.
 
     An engine with ``tensor_parallel_size`` 1 takes its one device. A larger
@@ -46,53 +47,59 @@ def engine_actor_options(config: Config, engine_cls: type | None = None) -> dict
     """
     from trinity import device
 
-    cls = engine_cls if engine_cls is not None else ENGINES.get(config.explorer.engine_type)()
-    tp = config.explorer.tensor_parallel_size
-    self_managed = bool(getattr(cls, "manages_devices", False))
+    engine = engine or plan.explorer.rollout
+    tp = engine.tensor_parallel_size
+    self_managed = bool(getattr(engine_cls, "manages_devices", False))
+    env = {**plan.explorer.env_vars, **device.worker_env(self_managed_devices=self_managed)}
     options: dict[str, Any] = {
-        "num_cpus": config.cluster.cpus_per_bundle,
+        "num_cpus": plan.cluster.cpus_per_bundle,
         # runners of this engine call it concurrently; the engine combines their requests into batches
-        "max_concurrency": config.explorer.runners_per_engine + 2,
-        "runtime_env": {"env_vars": device.worker_env(self_managed_devices=self_managed)},
+        "max_concurrency": plan.explorer.runners_per_engine + 2,
+        "runtime_env": {"env_vars": env},
     }
     options.update(device.ray_actor_resources(1 if tp == 1 else 0))
     return options
 
 
 def create_engines(
-    config: Config,
+    plan: RunPlan,
+    engine_type: str,
     *,
+    engine: EnginePlan | None = None,
     as_actors: bool = True,
     options_for: Callable[[int], dict[str, Any]] | None = None,
     **actor_options: Any,
 ) -> list[Any]:
-    """Start ``config.explorer.engine_num`` engines of ``config.explorer.engine_type`` and return them.
+    """Start the ``engine_num`` engines of an engine group (default: the rollout model's) and return them.
 
-    As Ray actors (Ray must be initialised) with :func:`engine_actor_options`
-    updated by ``actor_options`` and by ``options_for(index)`` (e.g. the
-    engine's placement-group scheduling strategy), or in this process when
-    ``as_actors`` is False. A missing model folder is built first when
-    ``model.tiny`` is set. Raises UnknownNameError for an unknown engine type.
+    ``engine_type`` is ``hf`` or ``vllm``. As Ray actors (Ray must be
+    initialised) with :func:`engine_actor_options` updated by ``actor_options``
+    and by ``options_for(index)`` (e.g. the engine's placement-group
+    scheduling strategy), or in this process when ``as_actors`` is False. A
+    missing model folder is built first when ``model.tiny`` is set (rollout
+    model only). Raises UnknownNameError for an unknown engine type.
     """
-    cls = ENGINES.get(config.explorer.engine_type)()
-    if config.model.tiny is not None:
+    cls = ENGINES.get(engine_type)()
+    group = engine or plan.explorer.rollout
+    if plan.model.tiny is not None and group.name == "rollout":
         from pathlib import Path
 
         from trinity.common.models.tiny import build_tiny_model
 
-        if not (Path(config.model.model_path) / "config.json").is_file():
-            build_tiny_model(config.model.model_path, config.model.tiny)
+        if not (Path(plan.model.path) / "config.json").is_file():
+            build_tiny_model(plan.model.path, plan.model.tiny)
     engines = []
-    for index in range(config.explorer.engine_num):
-        kwargs = cls.config_kwargs(  # type: ignore[attr-defined]
-            config.model, config.explorer, seed=config.seed + index, synchronizer=config.synchronizer
+    for index in range(group.engine_num):
+        kwargs = cls.plan_kwargs(  # type: ignore[attr-defined]
+            group, seed=group.seed + index, verify_checksums=plan.sync.verify_checksums and group.name == "rollout"
         )
         if not as_actors:
             engines.append(cls(**kwargs))
             continue
         import ray
 
-        options = {**engine_actor_options(config, cls), **actor_options, **(options_for(index) if options_for else {})}
+        options = {**engine_actor_options(plan, cls, group), **actor_options,
+                   **(options_for(index) if options_for else {})}
         engines.append(ray.remote(cls).options(**options).remote(**kwargs))
     return engines
 

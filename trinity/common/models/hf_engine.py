@@ -29,7 +29,8 @@ As a Ray actor: ``ray.remote(HFEngine).options(max_concurrency=...).remote(model
 (see :func:`trinity.common.models.engines.create_engines`); every public method
 is a remote method. Besides the :class:`InferenceEngine` contract it offers
 ``generate_tokens`` (prompts as token ids: multi-turn workflows),
-``chat_prompt_tokens`` and ``describe``.
+``chat_prompt_tokens``, ``describe`` and ``score_tokens`` (log-probs of
+given response tokens: a teacher scoring a student's rollouts).
 
 Throughput on the tiny model (hidden 64, 2 layers, one torch thread, a busy
 2-core machine): ~700 new tokens/s for one prompt, ~5,000 for 16, ~7,500 for
@@ -120,6 +121,7 @@ class HFEngine(TextPrompts):
         seed: int = 0,
         version: int = 0,
         trust_remote_code: bool = False,
+        chat_template: str | None = None,
         torch_threads: int = 0,
         batch_wait_ms: float = 5.0,
     ) -> None:
@@ -153,6 +155,7 @@ class HFEngine(TextPrompts):
         self.max_batch_size = max_batch_size
         self.device = device.torch_device()
         self.tokenizer: Any = AutoTokenizer.from_pretrained(self.tokenizer_path, trust_remote_code=trust_remote_code)
+        self.chat_template = chat_template
         self.tokenizer.padding_side = "left"
         self.model: Any = AutoModelForCausalLM.from_pretrained(
             self.model_path, dtype=_DTYPES[dtype], trust_remote_code=trust_remote_code
@@ -178,15 +181,16 @@ class HFEngine(TextPrompts):
         device.manual_seed(seed)
 
     @staticmethod
-    def config_kwargs(model: Any, explorer: Any, seed: int = 0, synchronizer: Any = None) -> dict[str, Any]:
-        """Return the constructor keyword arguments for a ``ModelConfig`` and an ``ExplorerConfig``."""
+    def plan_kwargs(engine: Any, *, seed: int = 0, verify_checksums: bool = False) -> dict[str, Any]:
+        """Return the constructor keyword arguments for an engine group's plan (``EnginePlan``)."""
         return {
-            "model_path": model.model_path,
-            "tokenizer_path": model.tokenizer_path,
-            "dtype": model.dtype,
-            "max_prompt_tokens": model.max_prompt_tokens,
-            "max_batch_size": explorer.max_batch_size,
+            "model_path": engine.model_path,
+            "dtype": engine.dtype,
+            "max_prompt_tokens": engine.max_prompt_tokens,
+            "max_batch_size": engine.max_batch_size,
             "seed": seed,
+            "trust_remote_code": engine.trust_remote_code,
+            "chat_template": engine.chat_template,
         }
 
     def _collect_eos_ids(self) -> set[int]:
@@ -340,6 +344,86 @@ class HFEngine(TextPrompts):
                 if cut >= 0:
                     return k, "stop", text[:cut]
         return end, reason, str(self.tokenizer.decode(ids[:end], skip_special_tokens=True))
+
+    # ------------------------------------------------------------------ scoring
+
+    #: Logit elements one scoring forward pass may produce (rows x kept positions x vocabulary): ~1 GiB in float32.
+    score_logits_budget: int = 2**28
+
+    def score_tokens(
+        self, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], temperature: float = 1.0
+    ) -> list[torch.Tensor]:
+        """Return the log-prob of each response token given its prompt and the response tokens before it.
+
+        The log-probs are ``log_softmax(logits / temperature)``, what sampling
+        at that temperature reports as ``Completion.logprobs`` (``temperature
+        <= 0`` scores at 1, as greedy sampling reports); one float32 CPU tensor
+        of the response's length per pair. Prompts are not truncated. Rows are
+        left-padded like sampling's, at most ``max_batch_size`` per forward pass
+        and fewer when their logits would pass :attr:`score_logits_budget`.
+        Raises EngineError for unequal counts or an empty prompt.
+        """
+        if len(prompts) != len(responses):
+            raise EngineError(f"score_tokens got {len(prompts)} prompts but {len(responses)} responses; pair them")
+        pairs = [([int(t) for t in p], [int(t) for t in r]) for p, r in zip(prompts, responses, strict=True)]
+        for i, (prompt, _) in enumerate(pairs):
+            if not prompt:
+                raise EngineError(f"score_tokens: prompt {i} is empty; give at least one token")
+        scale = float(temperature) if temperature > 0 else 1.0
+        out: list[torch.Tensor] = [torch.zeros(0)] * len(pairs)
+        with self._model_lock:
+            for chunk in self._score_chunks(pairs):
+                for i, scores in zip(chunk, self._score([pairs[i] for i in chunk], scale), strict=True):
+                    out[i] = scores
+        return out
+
+    def _score_chunks(self, pairs: list[tuple[list[int], list[int]]]) -> list[list[int]]:
+        """Group pair indices (similar lengths together) into forward passes within the row and logit budgets."""
+        vocab = int(self.model.get_output_embeddings().weight.shape[0])
+        order = sorted(range(len(pairs)), key=lambda i: (len(pairs[i][1]), len(pairs[i][0])))
+        chunks: list[list[int]] = []
+        chunk: list[int] = []
+        for i in order:
+            keep = len(pairs[i][1]) + 1  # sorted: the widest response of the chunk so far
+            too_many = len(chunk) >= self.max_batch_size
+            if chunk and (too_many or (len(chunk) + 1) * keep * vocab > self.score_logits_budget):
+                chunks.append(chunk)
+                chunk = []
+            chunk.append(i)
+        return [*chunks, chunk] if chunk else chunks
+
+    @torch.no_grad()
+    def _score(self, pairs: list[tuple[list[int], list[int]]], temperature: float) -> list[torch.Tensor]:
+        """Score one forward pass (model lock held): left-padded rows, logits kept for the response positions only."""
+        width = max(len(p) + len(r) for p, r in pairs)
+        keep = max(len(r) for _, r in pairs) + 1
+        input_ids = torch.full((len(pairs), width), self._pad_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(pairs), width), dtype=torch.long)
+        for i, (prompt, response) in enumerate(pairs):
+            row = prompt + response
+            input_ids[i, width - len(row) :] = torch.tensor(row, dtype=torch.long)
+            attention_mask[i, width - len(row) :] = 1
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # as generate numbers left-padded rows
+        inputs = {"input_ids": input_ids.to(self.device), "attention_mask": attention_mask.to(self.device),
+                  "position_ids": position_ids.to(self.device)}
+        try:
+            logits = self.model(**inputs, logits_to_keep=keep).logits
+        except TypeError as exc:  # a model without logits_to_keep: compute all, keep the tail
+            if "logits_to_keep" not in str(exc):
+                raise
+            logits = self.model(**inputs).logits
+        logits = logits[:, -keep:]
+        result = []
+        for i, (_prompt, response) in enumerate(pairs):
+            n = len(response)
+            if not n:
+                result.append(torch.zeros(0, dtype=torch.float32))
+                continue
+            # kept position k is input position width - keep + k; the response is predicted by the n before the last
+            rows = logits[i, keep - n - 1 : keep - 1].float() / temperature
+            targets = torch.tensor(response, dtype=torch.long, device=rows.device).view(-1, 1)
+            result.append(torch.log_softmax(rows, dim=-1).gather(1, targets).squeeze(1).cpu())
+        return result
 
     # ------------------------------------------------------------------ weights
 

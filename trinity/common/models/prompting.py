@@ -16,6 +16,8 @@ class TextPrompts:
     """
 
     tokenizer: Any
+    #: A chat template replacing the tokenizer's (``model.custom_chat_template``), or None.
+    chat_template: str | None = None
 
     def generate_tokens(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:
         """Sample ``params.n`` completions for each prompt given as token ids (the engine implements it)."""
@@ -35,6 +37,7 @@ class TextPrompts:
     def chat_prompt_tokens(self, conversation: Sequence[Mapping[str, str]]) -> list[int]:
         """Return the token ids of ``conversation`` under the chat template, with the generation prompt."""
         text = self.tokenizer.apply_chat_template(
-            [dict(m) for m in conversation], add_generation_prompt=True, tokenize=False
+            [dict(m) for m in conversation], add_generation_prompt=True, tokenize=False,
+            chat_template=self.chat_template,
         )
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])

@@ -109,7 +109,15 @@ def build_tiny_model(path: str | Path, config: TinyModelConfig | None = None) ->
         model = Qwen2ForCausalLM(model_config)
         model.generation_config.eos_token_id = tokenizer.eos_token_id
         model.generation_config.pad_token_id = tokenizer.pad_token_id
-        model.save_pretrained(staging)
+        from transformers.utils import logging as hf_logging
+
+        was_enabled = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # a tiny model needs no progress bar
+        try:
+            model.save_pretrained(staging)
+        finally:
+            if was_enabled:
+                hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
         tokenizer.save_pretrained(staging)
         try:
             os.rename(staging, target)

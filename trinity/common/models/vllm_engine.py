@@ -2,7 +2,7 @@
 
 :class:`VLLMEngine` implements :class:`~trinity.common.models.engine.InferenceEngine`;
 workflows and the synchronizer cannot tell it from the ``hf`` engine. vLLM is
-imported only when an engine is built (``explorer.engine_type: vllm``), never
+imported only when an engine is built (``explorer.rollout_model.engine_type: vllm``), never
 by ``import trinity``.
 
 * **Devices.** On CUDA vLLM drives the GPUs; on Ascend the vllm-ascend
@@ -132,7 +132,7 @@ class _Gate:
 
 #: What to do when vLLM is missing (one line).
 INSTALL_HINT = (
-    "explorer.engine_type: vllm, but vLLM is not installed in this Python; install it "
+    "explorer.rollout_model.engine_type: vllm, but vLLM is not installed in this Python; install it "
     "(CUDA: pip install 'trinity-rft[vllm]'; Ascend: vllm-ascend, see docs/vllm.md) or use engine_type: hf"
 )
 
@@ -165,6 +165,7 @@ class VLLMEngine(TextPrompts):
         seed: int = 0,
         version: int = 0,
         trust_remote_code: bool = False,
+        chat_template: str | None = None,
         track_checksum: bool = False,
         executor_backend: str | None = None,
     ) -> None:
@@ -195,6 +196,7 @@ class VLLMEngine(TextPrompts):
         self.tensor_parallel_size = tensor_parallel_size
         self.track_checksum = track_checksum
         self.tokenizer: Any = AutoTokenizer.from_pretrained(self.tokenizer_path, trust_remote_code=trust_remote_code)
+        self.chat_template = chat_template
         self._version = int(version)
         self._loaded_since_start = False
         self._requests = itertools.count()
@@ -220,20 +222,21 @@ class VLLMEngine(TextPrompts):
                     self.executor_backend or "default")
 
     @staticmethod
-    def config_kwargs(model: Any, explorer: Any, seed: int = 0, synchronizer: Any = None) -> dict[str, Any]:
-        """Return the constructor keyword arguments for a ``ModelConfig`` and an ``ExplorerConfig``."""
+    def plan_kwargs(engine: Any, *, seed: int = 0, verify_checksums: bool = False) -> dict[str, Any]:
+        """Return the constructor keyword arguments for an engine group's plan (``EnginePlan``)."""
         return {
-            "model_path": model.model_path,
-            "tokenizer_path": model.tokenizer_path,
-            "dtype": model.dtype,
-            "max_prompt_tokens": model.max_prompt_tokens,
-            "tensor_parallel_size": explorer.tensor_parallel_size,
-            "memory_utilization": explorer.memory_utilization,
-            "enforce_eager": explorer.enforce_eager,
-            "enable_prefix_caching": explorer.enable_prefix_caching,
-            "max_model_len": explorer.max_model_len,
+            "model_path": engine.model_path,
+            "dtype": engine.dtype,
+            "max_prompt_tokens": engine.max_prompt_tokens,
+            "tensor_parallel_size": engine.tensor_parallel_size,
+            "memory_utilization": engine.gpu_memory_utilization,
+            "enforce_eager": engine.enforce_eager,
+            "enable_prefix_caching": engine.enable_prefix_caching,
+            "max_model_len": engine.max_model_len,
             "seed": seed,
-            "track_checksum": bool(getattr(synchronizer, "verify_checksums", False)),
+            "track_checksum": verify_checksums,
+            "trust_remote_code": engine.trust_remote_code,
+            "chat_template": engine.chat_template,
         }
 
     def _engine_args(self, **settings: Any) -> Any:

@@ -1,0 +1,35 @@
+"""The buffer's registries and their built-in entries, declared without importing them.
+
+Sample strategies (``algorithm.sample_strategy``) and experience operators
+(``data_processor.experience_pipeline.operators``) are named in configs and
+checked when a config is loaded, before torch is imported; their modules are
+imported on first :meth:`~trinity.common.registry.Registry.get`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trinity.common.registry import Registry
+
+#: Sample strategies, by name: ``factory(storage, *, batch_size, group_size, **options)``.
+SAMPLE_STRATEGIES: Registry[Any] = Registry("sample strategy")
+for _name, _target in {
+    "default": "trinity.buffer.sampling:SampleStrategy",
+    "warmup": "trinity.buffer.sampling:SampleStrategy",  # upstream's deprecated name of default
+    "staleness": "trinity.buffer.sampling:StalenessStrategy",
+    "staleness_control": "trinity.buffer.sampling:staleness_control",
+    "mix": "trinity.buffer.mixing:MixStrategy",  # built by the launcher: it needs the run's auxiliary data set
+}.items():
+    SAMPLE_STRATEGIES.declare(_name, _target)
+
+#: Experience operators (reward shapers), by name: ``shaper(reward, experience, **args) -> reward``.
+REWARD_SHAPERS: Registry[Any] = Registry("experience operator")
+for _name, _target in {
+    "scale": "trinity.buffer.shaping:scale_reward",
+    "length_penalty": "trinity.buffer.shaping:length_penalty",
+    "clip": "trinity.buffer.shaping:clip_reward",
+}.items():
+    REWARD_SHAPERS.declare(_name, _target)
+
+__all__ = ["REWARD_SHAPERS", "SAMPLE_STRATEGIES"]

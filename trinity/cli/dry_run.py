@@ -1,0 +1,53 @@
+"""``trinity run --dry-run``: load, resolve and check a config; print its plan. No Ray, no model, no torch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trinity.cli.errors import EXIT_USAGE, CLIError
+
+
+def _backend(plan: Any, device_name: str | None) -> tuple[Any, str]:
+    """Return ``(backend, one line saying how it was chosen)`` for the plan."""
+    from trinity import device
+
+    if device_name:
+        record = device.get_backend_record(device_name)
+        if record is None or record.backend is None:
+            installed = ", ".join(r.name for r in device.list_backends() if r.status == "ok")
+            why = record.error if record is not None else f"not installed (installed: {installed})"
+            raise CLIError(f"--device {device_name}: {why}", EXIT_USAGE)
+        return record.backend, (f"{record.name} (--device: planned as if this machine were a {record.name} node; "
+                                "its devices were not probed)")
+    selection = device.select_backend(plan.cluster.device)
+    return selection.backend, (f"{selection.name} ({selection.reason}; without Ray, so this machine decides: on a "
+                               "cluster the cluster's resources decide)")
+
+
+def dry_run(config_path: str, overrides: dict[str, Any], device_name: str | None) -> int:
+    """Print the plan of ``config_path`` (every stage of a multi-stage config); return 0. Raises ConfigError."""
+    from trinity.cli.plan_view import render_plan
+    from trinity.common.config import load_config
+    from trinity.common.config.plan.run import resolve_run
+    from trinity.common.config.preflight import preflight
+    from trinity.common.config.validator import resolve_layout
+
+    config = load_config(config_path, overrides)
+    if config.stages:
+        from trinity.launcher.stages import plan_stages
+
+        plans = plan_stages(config)
+    else:
+        plans = [resolve_run(config)]
+    reports = []
+    for plan in plans:
+        backend, backend_line = _backend(plan, device_name)
+        layout = resolve_layout(plan, backend, {}, [])
+        warnings = preflight(plan, strict=False).warnings
+        if plan.stage is not None and plan.stage[0] > 1:
+            warnings = [w for w in warnings if not w.startswith("model.model_path")]
+            warnings.append("model.model_path: this stage starts from the previous stage's final model")
+        reports.append(render_plan(plan, layout, backend_line, warnings, config_path))
+    print("\n\n".join(reports))
+    print("\nthe config is valid" + (" (see the warnings above)" if any("warnings" in r for r in reports) else ""))
+    return 0

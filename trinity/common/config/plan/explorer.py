@@ -1,0 +1,145 @@
+"""Rollout engines and workflow runners, resolved from ``explorer`` and ``model``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trinity.common.config.loader import ConfigError
+from trinity.common.config.plan.model import DTYPES, ModelPlan, resolve_lengths
+from trinity.common.config.schema import Config, InferenceModelConfig
+
+
+@dataclass(frozen=True)
+class EnginePlan:
+    """One group of inference engines (the rollout model, or an auxiliary model)."""
+
+    #: Name (``rollout`` for the policy; an auxiliary model's ``name``).
+    name: str
+    #: Model folder it serves.
+    model_path: str
+    #: ``auto`` (decided with the device backend), ``vllm`` or ``hf``.
+    engine_type: str
+    #: Engines.
+    engine_num: int
+    #: Devices per engine.
+    tensor_parallel_size: int
+    #: Weights dtype.
+    dtype: str
+    #: Sampling seed.
+    seed: int
+    #: Context length.
+    max_model_len: int
+    #: Prompt tokens at most.
+    max_prompt_tokens: int
+    #: New tokens at most.
+    max_response_tokens: int
+    #: vllm memory share.
+    gpu_memory_utilization: float
+    #: vllm eager mode.
+    enforce_eager: bool
+    #: vllm prefix caching.
+    enable_prefix_caching: bool
+    #: vllm chunked prefill.
+    enable_chunked_prefill: bool
+    #: hf rows per generate call.
+    max_batch_size: int
+    #: Chat template text, or None for the tokenizer's.
+    chat_template: str | None
+    #: Generate until ``max_tokens`` even after EOS.
+    ignore_eos: bool = False
+    #: ``transformers`` ``trust_remote_code``.
+    trust_remote_code: bool = False
+
+    @property
+    def devices(self) -> int:
+        """Devices this group takes: ``engine_num * tensor_parallel_size``."""
+        return self.engine_num * self.tensor_parallel_size
+
+
+@dataclass(frozen=True)
+class ExplorerPlan:
+    """Engines, runners and evaluation."""
+
+    #: The policy's engines.
+    rollout: EnginePlan
+    #: Other models workflows may call.
+    auxiliary: tuple[EnginePlan, ...]
+    #: Workflow runners per rollout engine.
+    runners_per_engine: int
+    #: Seconds per task attempt.
+    timeout: float
+    #: Retries of a failed task.
+    max_retries: int
+    #: Environment of the workflow runners.
+    env_vars: dict[str, str] = field(default_factory=dict)
+    #: Repeats of one task per runner at most (None: all on one).
+    max_repeat_times_per_runner: int | None = None
+    #: Evaluate every N steps (0: never in between).
+    eval_interval: int = 100
+    #: Evaluate before the first step.
+    eval_on_startup: bool = True
+    #: Mode bench: the latest checkpoint only.
+    bench_on_latest_checkpoint: bool = False
+
+
+def _engine(spec: InferenceModelConfig, model: ModelPlan, *, name: str, model_path: str, where: str) -> EnginePlan:
+    dtype = DTYPES.get(spec.dtype.strip().lower())
+    if dtype is None:
+        raise ConfigError(f"{where}.dtype: {spec.dtype!r} is not one of {', '.join(sorted(set(DTYPES)))}")
+    engine_type = spec.engine_type.strip().lower()
+    if engine_type not in ("auto", "vllm", "hf"):
+        raise ConfigError(f"{where}.engine_type: {spec.engine_type!r} is not one of auto, vllm, hf")
+    if spec.engine_num < 1 or spec.tensor_parallel_size < 1:
+        raise ConfigError(f"{where}: engine_num and tensor_parallel_size must be at least 1")
+    length, prompt, response, _ = resolve_lengths(
+        spec.max_model_len if spec.max_model_len is not None else model.max_model_len,
+        spec.max_prompt_tokens if spec.max_prompt_tokens is not None else model.max_prompt_tokens,
+        spec.max_response_tokens if spec.max_response_tokens is not None else model.max_response_tokens,
+        0,
+    )
+    return EnginePlan(
+        name=name, model_path=model_path, engine_type=engine_type, engine_num=spec.engine_num,
+        tensor_parallel_size=spec.tensor_parallel_size, dtype=dtype, seed=spec.seed, max_model_len=length,
+        max_prompt_tokens=prompt, max_response_tokens=response,
+        gpu_memory_utilization=spec.gpu_memory_utilization, enforce_eager=spec.enforce_eager,
+        enable_prefix_caching=spec.enable_prefix_caching, enable_chunked_prefill=spec.enable_chunked_prefill,
+        max_batch_size=spec.max_batch_size,
+        chat_template=spec.chat_template if spec.chat_template is not None else model.chat_template,
+        ignore_eos=spec.ignore_eos, trust_remote_code=spec.trust_remote_code or model.trust_remote_code,
+    )
+
+
+def resolve_explorer(config: Config, model: ModelPlan) -> ExplorerPlan:
+    """Return the :class:`ExplorerPlan` of ``config``; raises ConfigError."""
+    explorer = config.explorer
+    rollout_spec = explorer.rollout_model
+    if rollout_spec.model_path and rollout_spec.model_path != config.model.model_path:
+        raise ConfigError(
+            "explorer.rollout_model.model_path: the rollout model always serves model.model_path; remove it"
+        )
+    rollout = _engine(rollout_spec, model, name="rollout", model_path=model.path, where="explorer.rollout_model")
+    auxiliary = []
+    names: set[str] = set()
+    for index, spec in enumerate(explorer.auxiliary_models):
+        where = f"explorer.auxiliary_models[{index}]"
+        if not spec.model_path:
+            raise ConfigError(f"{where}.model_path: required (the auxiliary model's folder)")
+        name = spec.name or f"auxiliary_{index}"
+        if name in names:
+            raise ConfigError(f"{where}.name: {name!r} is used twice; give each auxiliary model its own name")
+        names.add(name)
+        auxiliary.append(_engine(spec, model, name=name, model_path=spec.model_path, where=where))
+    if explorer.max_repeat_times_per_runner is not None and explorer.max_repeat_times_per_runner < 1:
+        raise ConfigError("explorer.max_repeat_times_per_runner: must be at least 1 (or unset)")
+    return ExplorerPlan(
+        rollout=rollout,
+        auxiliary=tuple(auxiliary),
+        runners_per_engine=explorer.runner_per_model,
+        timeout=float(explorer.max_timeout),
+        max_retries=explorer.max_retry_times,
+        env_vars={str(k): str(v) for k, v in explorer.env_vars.items()},
+        max_repeat_times_per_runner=explorer.max_repeat_times_per_runner,
+        eval_interval=explorer.eval_interval,
+        eval_on_startup=explorer.eval_on_startup,
+        bench_on_latest_checkpoint=explorer.bench_on_latest_checkpoint,
+    )

@@ -1,0 +1,263 @@
+"""The trainer's settings: ``algorithm.optimizer``, ``trainer.*`` and the veRL keys mapped onto them."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from trinity.common.config.loader import ConfigError
+from trinity.common.config.schema import Config, OptimizerConfig
+from trinity.common.config.verl_keys import VerlSettings
+
+Scheduler = Literal["constant", "cosine"]
+
+
+@dataclass(frozen=True)
+class OptimizerPlan:
+    """An optimizer and its learning-rate schedule."""
+
+    #: ``adamw`` or ``sgd``.
+    kind: Literal["adamw", "sgd"]
+    #: Peak learning rate.
+    lr: float
+    #: Adam betas.
+    betas: tuple[float, float]
+    #: Weight decay.
+    weight_decay: float
+    #: Schedule after warmup.
+    scheduler: Scheduler
+    #: Warmup steps; None: ``warmup_ratio`` of the run's steps.
+    warmup_steps: int | None
+    #: Warmup as a fraction of the run's steps (when ``warmup_steps`` is None).
+    warmup_ratio: float
+    #: ``cosine`` ends at ``min_lr_ratio * lr``.
+    min_lr_ratio: float
+
+    def warmup(self, total_steps: int | None) -> int:
+        """Return the warmup steps for a run of ``total_steps`` (None: unknown, so no ratio-based warmup)."""
+        if self.warmup_steps is not None:
+            return self.warmup_steps
+        return int(self.warmup_ratio * total_steps) if total_steps else 0
+
+    def factor(self, step: int, total_steps: int | None) -> float:
+        """Return the learning-rate multiplier after ``step`` optimizer steps (0-based)."""
+        warmup = self.warmup(total_steps)
+        if step < warmup:
+            return (step + 1) / warmup
+        if self.scheduler == "constant" or not total_steps or total_steps <= warmup:
+            return 1.0
+        progress = min(1.0, (step - warmup) / max(1, total_steps - warmup))
+        cosine = 0.5 * (1.0 + math.cos(math.pi * progress))
+        return self.min_lr_ratio + (1.0 - self.min_lr_ratio) * cosine
+
+    def describe(self) -> str:
+        """One line for the plan."""
+        warm = f"{self.warmup_steps} warmup steps" if self.warmup_steps is not None else (
+            f"warmup {self.warmup_ratio:g} of the run" if self.warmup_ratio else "no warmup")
+        return (f"{self.kind} lr {self.lr:g} ({self.scheduler}, {warm}), betas {self.betas[0]:g}/{self.betas[1]:g}, "
+                f"weight decay {self.weight_decay:g}")
+
+
+@dataclass(frozen=True)
+class BatchingPlan:
+    """How a rank splits its rows into micro-batches."""
+
+    #: Rows per micro-batch (when not dynamic).
+    micro_batch_size: int
+    #: Pack micro-batches by a token budget instead.
+    use_dynamic_bsz: bool
+    #: Token budget per micro-batch (dynamic).
+    max_token_len: int
+
+    def describe(self) -> str:
+        """One phrase for the plan."""
+        if self.use_dynamic_bsz:
+            return f"micro-batches of at most {self.max_token_len} tokens"
+        return f"micro-batches of {self.micro_batch_size} row(s)"
+
+
+@dataclass(frozen=True)
+class CriticPlan:
+    """The critic (value model) of PPO."""
+
+    #: Model folder the value model starts from.
+    path: str
+    #: Its optimizer.
+    optimizer: OptimizerPlan
+    #: Micro-batching of its updates.
+    batching: BatchingPlan
+    #: Micro-batching of its value forward passes.
+    forward: BatchingPlan
+    #: Gradient clip (0: none).
+    grad_clip: float
+    #: Value clipping around the rollout's values (0: the clipped value is the old value).
+    cliprange_value: float
+    #: Optimizer passes per batch.
+    ppo_epochs: int
+    #: Aggregation of the value loss.
+    loss_agg_mode: str
+    #: Recompute activations in backward (memory for speed).
+    gradient_checkpointing: bool
+
+
+@dataclass(frozen=True)
+class TrainerPlan:
+    """Everything the FSDP2 trainer needs besides the algorithm."""
+
+    #: The policy's optimizer.
+    optimizer: OptimizerPlan
+    #: Micro-batching of policy updates.
+    batching: BatchingPlan
+    #: Micro-batching of forward-only passes (reference and old log-probs).
+    forward: BatchingPlan
+    #: Gradient clip (0: none).
+    grad_clip: float
+    #: Optimizer passes per training batch.
+    ppo_epochs: int
+    #: Recompute activations in backward.
+    gradient_checkpointing: bool
+    #: Checkpoint every N steps (0: at the end only).
+    save_interval: int
+    #: Keep this many latest checkpoints (None: all).
+    max_checkpoints: int | None
+    #: When a checkpoint also gets a Hugging Face export: ``last``, ``always``, ``never``.
+    save_hf: str
+    #: Stop after this many steps (None: when the data runs out).
+    total_steps: int | None
+    #: ``torch.compile``; None: the device backend's support.
+    use_torch_compile: bool | None
+    #: Compute dtype.
+    dtype: str
+    #: Seed of the trainer's random state.
+    seed: int
+    #: Recompute old log-probs with the trainer instead of using the rollout's (veRL ``bypass_mode: false``).
+    recompute_old_logprobs: bool
+    #: Temperature the rollouts were sampled at: the trainer scales logits by it (0: treated as 1).
+    temperature: float
+    #: The critic, when the algorithm trains one.
+    critic: CriticPlan | None
+
+
+def optimizer_plan(base: OptimizerConfig, mapped: dict[str, Any], where: str) -> OptimizerPlan:
+    """Return the optimizer of ``base`` with veRL ``mapped`` values (``optim.lr`` → lr, ...) applied."""
+    def pick(name: str) -> Any:
+        return mapped.get(name, getattr(base, name))
+
+    style = (pick("warmup_style") or pick("lr_scheduler_type")).strip().lower()
+    kind_name = str(mapped.get("optimizer", base.optimizer_type)).strip().lower()
+    kinds = {"adam": "adamw", "adamw": "adamw", "sgd": "sgd"}
+    if kind_name not in kinds:
+        raise ConfigError(f"{where}.optimizer_type: {kind_name!r} is not one of adam, adamw, sgd")
+    if style not in ("constant", "cosine"):
+        raise ConfigError(f"{where}.lr_scheduler_type: {style!r} is not one of constant, cosine")
+    betas = list(pick("betas"))
+    if len(betas) != 2:
+        raise ConfigError(f"{where}.betas: expected two numbers, got {betas}")
+    warmup = int(pick("lr_warmup_steps"))
+    lr = float(pick("lr"))
+    if lr <= 0:
+        raise ConfigError(f"{where}.lr: must be positive, got {lr:g}")
+    return OptimizerPlan(
+        kind=kinds[kind_name],  # type: ignore[arg-type]
+        lr=lr,
+        betas=(float(betas[0]), float(betas[1])),
+        weight_decay=float(pick("weight_decay")),
+        scheduler=style,  # type: ignore[arg-type]
+        warmup_steps=warmup if warmup >= 0 else None,
+        warmup_ratio=float(pick("lr_warmup_steps_ratio")),
+        min_lr_ratio=float(pick("min_lr_ratio")),
+    )
+
+
+def _prefixed(verl: VerlSettings, prefix: str) -> dict[str, Any]:
+    return {k[len(prefix):]: v[0] for k, v in verl.mapped.items() if k.startswith(prefix)}
+
+
+def _check_agreement(config: Config, verl: VerlSettings, target: str, ours: str, value: Any) -> None:
+    """Refuse a mapped veRL value that contradicts the same setting given in its own section."""
+    if target in verl.mapped and config.source.is_set(ours) and verl.get(target) != value:
+        raise ConfigError(
+            f"{verl.source(target)} ({verl.get(target)!r}) and {ours} ({value!r}) set the same thing differently; "
+            f"keep {ours}"
+        )
+
+
+def resolve_trainer(config: Config, verl: VerlSettings, *, dtype: str, max_model_len: int,
+                    use_critic: bool, critic_path: str, temperature: float) -> TrainerPlan:
+    """Return the :class:`TrainerPlan` of ``config`` with ``verl``'s mapped values; raises ConfigError."""
+    trainer = config.trainer
+    actor_optim = _prefixed(verl, "actor.optim.")
+    for name in actor_optim:
+        _check_agreement(config, verl, f"actor.optim.{name}", f"algorithm.optimizer.{name}",
+                         getattr(config.algorithm.optimizer, "optimizer_type" if name == "optimizer" else name))
+    optimizer = optimizer_plan(config.algorithm.optimizer, actor_optim, "algorithm.optimizer")
+    default_tokens = trainer.max_token_len_per_gpu or math.ceil(2 * max_model_len)
+    use_dynamic = bool(verl.get("actor.use_dynamic_bsz", trainer.use_dynamic_bsz))
+    tokens = int(verl.get("actor.max_token_len", default_tokens))
+    tokens = max(tokens, max_model_len)  # upstream raises a too-small budget to one whole sequence
+    batching = BatchingPlan(int(verl.get("actor.micro_batch_size", 1)), use_dynamic, tokens)
+    forward = BatchingPlan(
+        int(verl.get("forward.micro_batch_size", batching.micro_batch_size)),
+        bool(verl.get("forward.use_dynamic_bsz", use_dynamic)),
+        max(int(verl.get("forward.max_token_len", tokens)), max_model_len),
+    )
+    for plan, where in ((batching, "actor"), (forward, "ref")):
+        if plan.micro_batch_size < 1 or plan.max_token_len < 1:
+            raise ConfigError(f"trainer.trainer_config ({where}): micro-batch sizes and token budgets must be positive")
+    grad_clip = float(verl.get("actor.grad_clip", trainer.grad_clip))
+    ppo_epochs = int(verl.get("actor.ppo_epochs", 1))
+    if ppo_epochs < 1:
+        raise ConfigError(f"{verl.source('actor.ppo_epochs')}: must be at least 1, got {ppo_epochs}")
+    critic = None
+    if use_critic:
+        critic_optim = _prefixed(verl, "critic.optim.")
+        base = OptimizerConfig(lr=1e-6)  # upstream's critic optimizer defaults, not the actor's
+        critic_batching = BatchingPlan(
+            int(verl.get("critic.micro_batch_size", 1)),
+            bool(verl.get("critic.use_dynamic_bsz", trainer.use_dynamic_bsz)),
+            max(int(verl.get("critic.max_token_len", default_tokens)), max_model_len),
+        )
+        critic = CriticPlan(
+            path=critic_path,
+            optimizer=optimizer_plan(base, critic_optim, "trainer.trainer_config.critic.optim"),
+            batching=critic_batching,
+            forward=BatchingPlan(
+                int(verl.get("critic.forward_micro_batch_size", critic_batching.micro_batch_size)),
+                critic_batching.use_dynamic_bsz,
+                max(int(verl.get("critic.forward_max_token_len", critic_batching.max_token_len)), max_model_len),
+            ),
+            grad_clip=float(verl.get("critic.grad_clip", trainer.grad_clip)),
+            cliprange_value=float(verl.get("critic.cliprange_value", 0.0)),
+            ppo_epochs=int(verl.get("critic.ppo_epochs", 1)),
+            loss_agg_mode=str(verl.get("critic.loss_agg_mode", "token-mean")),
+            gradient_checkpointing=bool(verl.get("critic.gradient_checkpointing", True)),
+        )
+        if critic.ppo_epochs != ppo_epochs:
+            raise ConfigError(
+                f"trainer.trainer_config.critic.ppo_epochs ({critic.ppo_epochs}) differs from the actor's "
+                f"({ppo_epochs}); the critic updates alongside the actor here: set them equal"
+            )
+    keep = trainer.max_checkpoints_to_keep
+    if keep is None and "trainer.max_checkpoints_to_keep" in verl.mapped:
+        keep = int(verl.get("trainer.max_checkpoints_to_keep"))
+    if keep is not None and keep < 1:
+        raise ConfigError(f"trainer.max_checkpoints_to_keep: must be at least 1 (None keeps all), got {keep}")
+    return TrainerPlan(
+        optimizer=optimizer,
+        batching=batching,
+        forward=forward,
+        grad_clip=grad_clip,
+        ppo_epochs=ppo_epochs,
+        gradient_checkpointing=bool(verl.get("actor.gradient_checkpointing", True)),
+        save_interval=trainer.save_interval,
+        max_checkpoints=keep,
+        save_hf=trainer.save_hf_checkpoint.strip().lower(),
+        total_steps=trainer.total_steps,
+        use_torch_compile=trainer.use_torch_compile,
+        dtype=dtype,
+        seed=config.explorer.rollout_model.seed,
+        recompute_old_logprobs=not bool(verl.get("algorithm.bypass_mode", True)),
+        temperature=temperature,
+        critic=critic,
+    )

@@ -1,0 +1,108 @@
+"""Checks of the files a plan names (model folder, task sets, data sets) before Ray or a model starts.
+
+A run calls :func:`preflight` and fails with one line on the first problem;
+``trinity run --dry-run`` calls it with ``strict=False``: a problem with a
+local file is still an error, but a hub id it cannot reach from here (the
+cluster may) is reported as a warning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trinity.common.config.loader import ConfigError
+from trinity.common.config.plan.run import RunPlan
+
+
+@dataclass
+class Preflight:
+    """What a preflight found: warnings (strict mode raises instead)."""
+
+    warnings: list[str] = field(default_factory=list)
+
+
+def check_model_path(path: str, where: str, *, tiny: bool = False) -> str | None:
+    """Return a warning for a model path that is not a local model folder, or None; raises ConfigError.
+
+    A local folder without ``config.json`` is not a model (ConfigError). A path
+    that does not exist is a hub id or a mistake: None when the hub answers
+    (transformers downloads it), else a one-line problem the caller raises or
+    reports. With ``tiny`` a missing folder is built at run time.
+    """
+    from trinity.buffer.datasets import hub_reachable, looks_like_hub_id
+
+    folder = Path(path).expanduser()
+    if folder.is_dir():
+        if not (folder / "config.json").is_file():
+            raise ConfigError(f"{where}: {path} is a folder but not a Hugging Face model (no config.json); point it "
+                              "at a model folder")
+        return None
+    if folder.exists():
+        raise ConfigError(f"{where}: {path} is a file, not a Hugging Face model folder")
+    if tiny:
+        return None
+    if not looks_like_hub_id(path):
+        raise ConfigError(f"{where}: {path} does not exist; point it at a Hugging Face model folder")
+    if hub_reachable():
+        return None
+    return (f"{where}: {path} is not a local folder and the Hugging Face hub is not reachable; download the model "
+            "first (e.g. `huggingface-cli download <id> --local-dir <folder>`) and point the path at that folder")
+
+
+def preflight(plan: RunPlan, *, strict: bool = True,
+              check_data: Callable[..., str | None] | None = None) -> Preflight:
+    """Check the model folder and every data path of ``plan``; return the warnings (strict: raise the first).
+
+    ``check_data(path, split, subset_name, format, where, schema)`` checks one
+    task set or data set and returns a problem line or None (default: the
+    buffer's fast data-set check).
+    """
+    from trinity.buffer.datasets import looks_like_hub_id
+    from trinity.common.config.plan.run import in_file
+
+    try:
+        return _preflight(plan, strict, check_data or _default_data_check(), looks_like_hub_id)
+    except ConfigError as exc:
+        raise in_file(plan.config, exc) from None
+
+
+def _preflight(plan: RunPlan, strict: bool, checker: Callable[..., str | None],
+               looks_like_hub_id: Callable[[str], bool]) -> Preflight:
+    found = Preflight()
+
+    def report(problem: str | None, path: str) -> None:
+        if problem is None:
+            return
+        if strict or Path(path).expanduser().exists() or not looks_like_hub_id(path):
+            raise ConfigError(problem)
+        found.warnings.append(problem)
+
+    report(check_model_path(plan.model.path, "model.model_path", tiny=plan.model.tiny is not None), plan.model.path)
+    critic = plan.trainer.critic
+    if critic is not None and critic.path != plan.model.path:
+        report(check_model_path(critic.path, "model.critic_model_path"), critic.path)
+    for aux in plan.explorer.auxiliary:
+        report(check_model_path(aux.model_path, f"explorer.auxiliary_models ({aux.name}).model_path"), aux.model_path)
+    buffer = plan.buffer
+    for taskset in [t for t in (buffer.train_taskset, *buffer.eval_tasksets) if t is not None]:
+        report(checker(taskset.path, taskset.split, taskset.subset_name, taskset.format, taskset.where, "task"),
+               taskset.path)
+    for dataset in [d for d in (buffer.dataset, *buffer.auxiliary.values()) if d is not None]:
+        report(checker(dataset.path, dataset.split, dataset.subset_name, dataset.format, dataset.where,
+                       dataset.schema), dataset.path)
+    return found
+
+
+def _default_data_check() -> Callable[..., str | None]:
+    from trinity.buffer.datasets import check_dataset
+
+    def check(path: str, split: str, subset: str | None, fmt: object, where: str,  # noqa: PLR0917
+              schema: str) -> str | None:
+        # a task set's records may lack the answer (upstream allows it); SFT/DPO records need every key
+        problem: str | None = check_dataset(path, split, subset, fmt, where, schema,  # type: ignore[arg-type]
+                                            require_response=schema != "task")
+        return problem
+
+    return check

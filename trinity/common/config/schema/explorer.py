@@ -1,0 +1,147 @@
+"""``explorer``: rollout engines, workflow runners, evaluation (upstream Trinity-RFT's section)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trinity.common.config.schema.fields import inert, refused, refused_values
+
+_AGENTIC = "OpenAI-compatible serving from the engines is not supported yet; remove the key"
+_SERVE = "used by mode serve, which is not supported"
+
+
+@dataclass
+class InferenceModelConfig:
+    """An inference engine group: the rollout model, or an auxiliary model (judge, teacher)."""
+
+    #: Model folder; the rollout model always serves ``model.model_path``.
+    model_path: str | None = None
+    #: Name of an auxiliary model (how workflows find it).
+    name: str | None = None
+    #: Allow the model's own code.
+    trust_remote_code: bool = False
+    #: ``vllm`` (accelerators), ``hf`` (transformers, any device) or ``auto``: vllm on an accelerator
+    #: backend, hf on the CPU backend.
+    engine_type: str = refused_values("auto", {
+        "tinker": "the Tinker service is not supported; use vllm or hf",
+        "external": "external OpenAI-compatible engines are not supported yet; use vllm or hf",
+    })
+    #: Engines.
+    engine_num: int = 1
+    #: Devices per engine (tensor parallel size; vllm only).
+    tensor_parallel_size: int = 1
+    #: vLLM V1 engine (the only one supported).
+    use_v1: bool = refused(True, "only vLLM's V1 engine is supported; remove use_v1 or set it true")
+    #: vllm: run eagerly (no graphs): slower decoding, faster start, less memory.
+    enforce_eager: bool = False
+    #: vllm: reuse the KV cache of shared prompt prefixes.
+    enable_prefix_caching: bool = True
+    #: vllm: chunked prefill.
+    enable_chunked_prefill: bool = True
+    #: vllm: fraction of each device's memory the engine may take.
+    gpu_memory_utilization: float = 0.9
+    #: Weights dtype of the engine (and of the weights the trainer sends it).
+    dtype: str = "bfloat16"
+    #: Sampling seed of the engine.
+    seed: int = 42
+    #: Context length of the engine; default ``model.max_model_len``.
+    max_model_len: int | None = None
+    #: Default ``model.max_prompt_tokens``.
+    max_prompt_tokens: int | None = None
+    #: Default ``model.max_response_tokens``.
+    max_response_tokens: int | None = None
+    #: Default ``model.min_response_tokens``.
+    min_response_tokens: int | None = None
+    #: Default ``model.enable_prompt_truncation``.
+    enable_prompt_truncation: bool | None = None
+    #: Default ``model.repetition_penalty``.
+    repetition_penalty: float | None = None
+    #: Generate until ``max_tokens`` even after EOS (long-generation tests).
+    ignore_eos: bool = False
+    #: Chat template of this engine; default ``model.custom_chat_template``.
+    chat_template: str | None = None
+    #: Passed to chat templates that know it.
+    enable_thinking: bool | None = None
+    #: Record every request served (agent workflows).
+    enable_history: bool = refused(False, _AGENTIC)
+    #: Serve an OpenAI-compatible API.
+    enable_openai_api: bool = refused(False, _AGENTIC)
+    #: Log the API's requests.
+    enable_log_requests: bool = refused(False, _AGENTIC)
+    #: Let the API pick tools.
+    enable_auto_tool_choice: bool = refused(False, _AGENTIC)
+    #: Tool-call parser of the API.
+    tool_call_parser: str | None = refused(None, _AGENTIC)
+    #: Reasoning parser of the API.
+    reasoning_parser: str | None = refused(None, _AGENTIC)
+    #: (trinity-rft) hf engine: rows per generate call at most.
+    max_batch_size: int = 32
+
+
+@dataclass
+class OverRolloutConfig:
+    """Submit more tasks than a step needs and train on the first that finish (upstream)."""
+
+    #: Fraction of a batch the explorer does not wait for.
+    ratio: float = refused(0.0, "over-rollout needs the asynchronous loop, which is not supported yet; set ratio: 0")
+    #: Seconds to wait after the minimum is reached.
+    wait_after_min: float = 30.0
+
+
+@dataclass
+class DynamicTimeoutConfig:
+    """Per-step task timeout from the average task time (upstream)."""
+
+    #: Enable it.
+    enable: bool = refused(False, "dynamic timeouts are not supported; use explorer.max_timeout")
+    #: Timeout = average task time x ratio.
+    ratio: float = 3.0
+
+
+@dataclass
+class ExplorerConfig:
+    """Rollout generation and evaluation."""
+
+    #: Name of the explorer (metrics, Ray actor names).
+    name: str = "explorer"
+    #: Workflow runners per rollout engine (tasks in flight per engine).
+    runner_per_model: int = 8
+    #: Seconds a task may take before it is retried.
+    max_timeout: float = 1800.0
+    #: Retries of a failed or timed-out task.
+    max_retry_times: int = 2
+    #: Environment variables of the workflow runners.
+    env_vars: dict[str, str] = field(default_factory=dict)
+    #: How a runner runs the repeats of one task: ``sequential``, ``asynchronous``, ``multi-threading``.
+    concurrent_mode: str = "sequential"
+    #: Split a task's repeats over runners, at most this many per runner; None: all on one runner.
+    max_repeat_times_per_runner: int | None = None
+    #: Deprecated: use ``runner_per_model``.
+    runner_num: int | None = refused(None, "explorer.runner_num is deprecated; use explorer.runner_per_model")
+    #: The rollout model's engines.
+    rollout_model: InferenceModelConfig = field(default_factory=InferenceModelConfig)
+    #: Other models workflows use (judges, teachers).
+    auxiliary_models: list[InferenceModelConfig] = field(default_factory=list)
+    #: Evaluate every N steps.
+    eval_interval: int = 100
+    #: Evaluate before the first step.
+    eval_on_startup: bool = True
+    #: Mode bench: evaluate only the latest checkpoint.
+    bench_on_latest_checkpoint: bool = False
+    #: Serve-mode proxy port (upstream).
+    proxy_port: int = inert(8010, _SERVE)
+    #: Serve-mode listen address (upstream).
+    listen_address: str = inert("0.0.0.0", _SERVE)
+    #: Serve-mode health-check interval (upstream).
+    service_status_check_interval: int = inert(60, _SERVE)
+    #: Serve-mode minimum of running models (upstream).
+    min_running_model_num: int = inert(1, _SERVE)
+    #: Serve-mode history database (upstream).
+    db_url: str | None = inert(None, _SERVE)
+    #: Over-rollout.
+    over_rollout: OverRolloutConfig = field(default_factory=OverRolloutConfig)
+    #: Dynamic timeout.
+    dynamic_timeout: DynamicTimeoutConfig = field(default_factory=DynamicTimeoutConfig)
+    #: Seconds between runner-state reports; 0 disables them.
+    runner_state_report_interval: int = refused(0, "runner-state reports are not supported; set 0")
+

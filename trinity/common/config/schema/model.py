@@ -1,0 +1,117 @@
+"""``model``: the policy model, its lengths and default sampling (upstream Trinity-RFT's section)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from trinity.common.config.schema.fields import refused
+
+
+@dataclass
+class TinyModelConfig:
+    """(trinity-rft) A small causal LM built offline when ``model.model_path`` does not exist yet."""
+
+    #: Transformer width.
+    hidden_size: int = 64
+    #: Number of decoder layers.
+    num_layers: int = 2
+    #: Attention heads.
+    num_heads: int = 4
+    #: Width of the MLP.
+    intermediate_size: int = 128
+    #: Target byte-level BPE vocabulary size (chat markers included).
+    vocab_size: int = 400
+    #: Seed of the initial weights.
+    seed: int = 0
+
+
+@dataclass
+class TinkerConfig:
+    """Upstream's Tinker service backend (not available here)."""
+
+    #: Train and sample through the Tinker service.
+    enable: bool = refused(False, "the Tinker service is not supported; train locally (remove model.tinker)")
+    #: LoRA rank of the Tinker model.
+    rank: int = 16
+    #: Seed.
+    seed: int | None = None
+    #: Train the MLP weights.
+    train_mlp: bool = True
+    #: Train the attention weights.
+    train_attn: bool = True
+    #: Train the unembedding.
+    train_unembed: bool = True
+    #: Service URL.
+    base_url: str | None = None
+
+
+@dataclass
+class ExternalModelConfig:
+    """An OpenAI-compatible endpoint evaluated in mode ``bench`` (upstream; not available here yet)."""
+
+    #: Evaluate the external endpoint instead of a local model.
+    enable: bool = refused(
+        False, "external OpenAI-compatible models are not supported yet; evaluate a local model folder"
+    )
+    #: Environment variable holding the endpoint URL.
+    base_url_env: str = "OPENAI_BASE_URL"
+    #: Environment variable holding the API key.
+    api_key_env: str = "OPENAI_API_KEY"
+    #: Model name at the endpoint.
+    model_name: str | None = None
+
+
+@dataclass
+class ModelConfig:
+    """The policy model and how it samples by default."""
+
+    #: Hugging Face model folder (a hub id works only where the hub is reachable).
+    model_path: str = ""
+    #: Allow the model's own code (``transformers`` ``trust_remote_code``).
+    trust_remote_code: bool = False
+    #: Critic (value model) folder for PPO; default: ``model_path``.
+    critic_model_path: str = ""
+    #: A Jinja chat template replacing the tokenizer's.
+    custom_chat_template: str | None = None
+    #: File holding a Jinja chat template (wins over ``custom_chat_template``).
+    chat_template_path: str | None = None
+    #: Default sampling temperature of rollouts.
+    temperature: float = 1.0
+    #: Default nucleus sampling.
+    top_p: float = 1.0
+    #: Default top-k; -1 (or 0) disables it.
+    top_k: int = -1
+    #: Log-probs returned per token beyond the sampled one; 0: the sampled token's only (all that is recorded).
+    logprobs: int = 0
+    #: Context length (prompt + response); derived from the two below when unset.
+    max_model_len: int | None = None
+    #: Prompt tokens at most (prompts are truncated from the left when ``enable_prompt_truncation``).
+    max_prompt_tokens: int | None = None
+    #: New tokens per rollout at most.
+    max_response_tokens: int | None = None
+    #: New tokens per rollout at least (EOS is suppressed until then).
+    min_response_tokens: int = 0
+    #: Truncate prompts longer than ``max_prompt_tokens`` (else such a prompt fails its task).
+    enable_prompt_truncation: bool = True
+    #: Repetition penalty of rollouts (1.0: none).
+    repetition_penalty: float = 1.0
+    #: Passed to chat templates that know it (Qwen3); None leaves the template's default.
+    enable_thinking: bool | None = None
+    #: LoRA adapters (upstream).
+    lora_configs: list[dict[str, Any]] | None = refused(None, "LoRA is not supported yet; train the full model")
+    #: LoRA sharding (upstream).
+    fully_sharded_loras: bool = refused(False, "LoRA is not supported yet")
+    #: LoRA CPU cache (upstream).
+    max_cpu_loras: int | None = refused(None, "LoRA is not supported yet")
+    #: RoPE scaling passed to the model config.
+    rope_scaling: dict[str, Any] | None = None
+    #: RoPE theta passed to the model config.
+    rope_theta: float | None = None
+    #: Upstream's Tinker service.
+    tinker: TinkerConfig = field(default_factory=TinkerConfig)
+    #: Upstream's external endpoint for bench.
+    external_model: ExternalModelConfig = field(default_factory=ExternalModelConfig)
+    #: (trinity-rft) When set and ``model_path`` does not exist, build a tiny model there first.
+    tiny: TinyModelConfig | None = None
+

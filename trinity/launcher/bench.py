@@ -1,0 +1,72 @@
+"""Mode ``bench``: evaluate the starting model and the run's checkpoints on the evaluation task sets."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from trinity.launcher.evaluation import evaluate
+from trinity.launcher.session import Session
+from trinity.launcher.steps import call_all, monitor_for, scheduler_for, start_engines
+
+logger = logging.getLogger("trinity.launcher")
+
+
+def run_bench(session: Session) -> None:
+    """Evaluate the starting model and every saved checkpoint of the run on the evaluation task sets.
+
+    The engines start with ``model.model_path`` (logged as step 0); then each
+    complete checkpoint under ``<run>/checkpoints``, in step order (only the
+    latest with ``explorer.bench_on_latest_checkpoint``), is exported to
+    ``<run>/bench/step-N`` (kept, and refreshed when the checkpoint is newer),
+    loaded by every engine as version N and evaluated (logged as step N).
+    Each record of phase ``eval`` carries ``bench/model_version``, the version
+    the engines held.
+    """
+    from trinity.manager.checkpoint_converter import ConversionError
+    from trinity.monitor.keys import PHASE_EVAL
+    from trinity.trainer.checkpoint import CheckpointDir
+
+    plan = session.plan
+    checkpoints = CheckpointDir(session.run_dir / "checkpoints")
+    steps = [step for step in checkpoints.complete_steps() if step > 0]
+    if plan.explorer.bench_on_latest_checkpoint:
+        steps = steps[-1:]
+    if not steps:
+        logger.warning("bench: no checkpoint in %s; evaluating the starting model only", checkpoints.root)
+    engines = start_engines(session)
+    scheduler = scheduler_for(session, engines)
+    monitor = monitor_for(session, None)
+
+    def evaluate_now(step: int) -> None:
+        metrics = evaluate(plan, scheduler, step)
+        metrics["bench/model_version"] = float(min(call_all(engines.rollout, "model_version")))
+        monitor.log(metrics, step=step, phase=PHASE_EVAL)
+
+    try:
+        evaluate_now(0)
+        for step in steps:
+            try:
+                folder = export_for_engines(checkpoints.step_path(step), session.run_dir / "bench" / f"step-{step}")
+            except ConversionError:
+                if not checkpoints.step_path(step).is_dir():  # pruned by a train job since it was listed
+                    logger.warning("bench: checkpoint step-%d was removed before it could be evaluated", step)
+                    continue
+                raise
+            call_all(engines.rollout, "load_checkpoint_weights", str(folder), step)
+            evaluate_now(step)
+    finally:
+        monitor.close()
+        engines.shutdown()
+
+
+def export_for_engines(checkpoint: Path, folder: Path) -> Path:
+    """Return a Hugging Face export of ``checkpoint`` at ``folder``, converting when it is missing or older."""
+    from trinity.manager.checkpoint_converter import convert_checkpoint
+    from trinity.trainer.checkpoint import STATE_FILE
+
+    exported = folder / "config.json"
+    state = checkpoint / STATE_FILE
+    if not exported.is_file() or (state.is_file() and exported.stat().st_mtime_ns < state.stat().st_mtime_ns):
+        convert_checkpoint(checkpoint, folder, overwrite=True)
+    return folder

@@ -1,0 +1,133 @@
+"""Mode ``explore``: roll out the training tasks into a persistent buffer, picking up published weights."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from trinity.launcher.session import Session
+from trinity.launcher.steps import (
+    call_all,
+    explore_metrics,
+    monitor_for,
+    pipeline_for,
+    recorder_for,
+    scheduler_for,
+    start_engines,
+    training_tasks,
+    write_ray_timeline,
+)
+
+logger = logging.getLogger("trinity.launcher")
+
+#: In the run folder: where mode ``explore`` keeps its task position between jobs.
+EXPLORER_STATE_FILE = "explorer_state.json"
+
+
+def warn_if_not_persistent(session: Session) -> None:
+    """Warn when an explore or train job would hand experiences through a queue that dies with it."""
+    experience = session.plan.buffer.experience
+    if experience is not None and experience.kind == "queue":
+        logger.warning(
+            "mode %s with a queue experience buffer: the queue lives only as long as this job; use "
+            "buffer.trainer_input.experience_buffer.storage_type: sql to hand experiences from an explore job "
+            "to a train job", session.plan.mode,
+        )
+
+
+def published_weights(sync_path: Path) -> tuple[Path, int] | None:
+    """Return ``(versioned folder, version)`` the checkpoint sync path names now (resolved once), or None."""
+    from trinity.synchronizer.checkpoint_sync import read_version
+
+    try:
+        folder = sync_path.resolve(strict=True)
+    except OSError:
+        return None
+    version = read_version(folder)
+    return None if version is None else (folder, version)
+
+
+def pad_token_id_of(session: Session) -> int:
+    """Return the pad token id of the run's tokenizer."""
+    from trinity.trainer.trainer import pad_token_id
+
+    return pad_token_id(session.plan.model.path, session.plan.model.trust_remote_code)
+
+
+def run_explore(session: Session) -> None:
+    """Roll out the training tasks into the (persistent) experience buffer, picking up new weights as they appear.
+
+    Before each batch, when the checkpoint sync folder names newer weights than
+    the engines hold (a ``train`` job published them), every engine loads them,
+    so the batch's experiences carry that ``model_version``. Each batch goes
+    through the pipeline and into the buffer in one write; then the task
+    position is saved in ``<run>/explorer_state.json``, so the same command
+    continues after the last written batch (a job killed between the two
+    re-explores that one batch). At the end the buffer is closed: a ``train``
+    job reading it trains on what is left, then stops.
+    """
+    from trinity.buffer import TaskScheduler, make_storage
+    from trinity.monitor.keys import PHASE_EXPLORE
+    from trinity.synchronizer.synchronizer import default_sync_path
+    from trinity.utils.fs import write_text_atomic
+
+    plan = session.plan
+    assert plan.buffer.experience is not None
+    warn_if_not_persistent(session)
+    tasks = TaskScheduler.for_training(plan.buffer)
+    state_file = session.run_dir / EXPLORER_STATE_FILE
+    if state_file.is_file() and plan.config.continue_from_checkpoint:
+        tasks.load_state_dict(json.loads(state_file.read_text(encoding="utf-8"))["tasks"])
+        logger.info("explore resumes after step %d (%s)", tasks.position.step, state_file)
+    storage = make_storage(plan.buffer.experience, run_dir=session.run_dir)
+    if tasks.finished:
+        logger.info("explore: all %d steps were explored already (%s); nothing to do", tasks.total_batches,
+                    state_file)
+        try:
+            storage.close()
+        finally:
+            storage.release()
+        return
+    engines = start_engines(session)
+    pipeline = pipeline_for(session, storage, pad_token_id_of(session), recorder_for(session))
+    scheduler = scheduler_for(session, engines)
+    sync_path = default_sync_path(plan)
+    loaded = 0  # fresh engines hold model.model_path: version 0
+    monitor = monitor_for(session, plan.buffer.total_steps)
+    finished = False
+    try:
+        while True:
+            step = tasks.position.step
+            batch = tasks.next_batch_with_epochs()
+            if batch is None:
+                break
+            published = published_weights(sync_path)
+            if published is not None and published[1] > loaded:
+                folder, version = published
+                call_all(engines.rollout, "load_checkpoint_weights", str(folder), version)
+                logger.info("explore: engines now hold the published weights of version %d", version)
+                loaded = version
+            result = scheduler.run(training_tasks(session, batch, step))
+            if result.failures:
+                logger.warning("step %d: %d task(s) failed: %s", step + 1, len(result.failures),
+                               result.failures[0].error)
+            # every rollout of the batch is in result: a group the pipeline still holds will never be completed,
+            # so it is released with the batch, and the batch is stored in one atomic write
+            pipeline.write_step(result.experiences)
+            state = {"tasks": tasks.state_dict(), "model_version": loaded}
+            write_text_atomic(state_file, json.dumps(state, indent=2, sort_keys=True) + "\n")
+            metrics = explore_metrics(result, result.experiences)
+            metrics["explore/model_version"] = float(loaded)
+            monitor.log(metrics, step=step + 1, phase=PHASE_EXPLORE)
+        finished = True
+    finally:
+        monitor.close()
+        pipeline.close()
+        engines.shutdown()
+        write_ray_timeline(session)
+        try:
+            if finished:
+                storage.close()  # the writers are done: readers drain the buffer, then stop
+        finally:
+            storage.release()

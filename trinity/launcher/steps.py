@@ -1,0 +1,180 @@
+"""Pieces every mode of ``trinity run`` shares: the pipeline and sample strategy, tasks of a step, metrics."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from typing import Any
+
+from trinity.launcher.session import Session
+
+logger = logging.getLogger("trinity.launcher")
+
+
+@dataclasses.dataclass
+class EngineSet:
+    """The engines of a run: the rollout model's, and each auxiliary model's by name."""
+
+    rollout: list[Any]
+    auxiliary: dict[str, list[Any]] = dataclasses.field(default_factory=dict)
+
+    def shutdown(self) -> None:
+        """Shut every engine down (failures are logged, never raised)."""
+        from trinity.common.models.engines import shutdown_engines
+
+        shutdown_engines([*self.rollout, *(e for group in self.auxiliary.values() for e in group)])
+
+
+def start_engines(session: Session, placement: Any = None) -> EngineSet:
+    """Start the rollout engines and every auxiliary model's engines (in their placement groups, when given).
+
+    An auxiliary model's ``engine_type: auto`` is decided like the rollout model's (the layout's).
+    """
+    from trinity.common.models.engines import create_engines
+
+    plan, layout = session.plan, session.layout
+    engines = EngineSet(create_engines(plan, layout.engine_type,
+                                       options_for=placement.engine_options if placement is not None else None))
+    try:
+        for aux in plan.explorer.auxiliary:
+            kind = layout.engine_type if aux.engine_type == "auto" else aux.engine_type
+            engines.auxiliary[aux.name] = create_engines(
+                plan, kind, engine=aux,
+                options_for=placement.auxiliary_options(aux.name) if placement is not None else None,
+            )
+    except BaseException:
+        engines.shutdown()
+        raise
+    return engines
+
+
+def scheduler_for(session: Session, engines: EngineSet) -> Any:
+    """Return the explorer's scheduler over ``engines`` (auxiliary models reachable from every workflow)."""
+    from trinity.explorer.scheduler import Scheduler
+
+    return Scheduler.from_plan(engines.rollout, session.plan, engines.auxiliary)
+
+
+def monitor_for(session: Session, total_steps: int | None) -> Any:
+    """Return the run's monitor."""
+    from trinity.monitor import Monitor
+
+    return Monitor.for_run(session.plan, total_steps=total_steps)
+
+
+def recorder_for(session: Session) -> Any:
+    """Return the storage that records every explored experience (``save_input`` / a queue's path), or None."""
+    from trinity.buffer import make_storage
+    from trinity.common.config.plan.data import StoragePlan
+
+    path = session.plan.buffer.record_path
+    if path is None:
+        return None
+    if path.endswith((".jsonl", ".json")):
+        return make_storage(StoragePlan("jsonl", "explorer_output", path, 0, 0.0), run_dir=session.run_dir)
+    return make_storage(StoragePlan("sqlite", "explorer_output", path, 0, 0.0), run_dir=session.run_dir)
+
+
+def pipeline_for(session: Session, storage: Any, pad_token_id: int, recorder: Any = None) -> Any:
+    """Return the experience pipeline of the run, writing to ``storage``."""
+    from trinity.buffer import pipeline_for_plan
+
+    return pipeline_for_plan(session.plan, pad_token_id=pad_token_id, storage=storage, recorder=recorder)
+
+
+def strategy_for(session: Session, storage: Any) -> Any:
+    """Return the sample strategy the trainer draws from ``storage`` with (``train_batch_size`` rows per step).
+
+    ``mix`` takes its expert rows from the auxiliary data set it names and
+    the rest of the batch, in whole groups, from ``storage``.
+    """
+    from trinity.buffer import make_sample_strategy
+
+    plan = session.plan
+    group = plan.config.algorithm.repeat_times
+    options = dict(plan.buffer.sample_strategy_args)
+    rows = plan.buffer.train_batch_size
+    if plan.buffer.sample_strategy != "mix":
+        return make_sample_strategy(plan.buffer.sample_strategy, storage, batch_size=max(1, rows // group),
+                                    group_size=group, **options)
+    from trinity.buffer.dataset_source import DatasetSource
+    from trinity.buffer.mixing import MixStrategy, expert_rows
+
+    experts = expert_rows(rows, float(options.get("expert_data_ratio", 0.5)))
+    usual = make_sample_strategy("default", storage, batch_size=max(1, (rows - experts) // group), group_size=group)
+    data = plan.buffer.auxiliary[str(options.get("sft_dataset_name", "sft_dataset"))]
+    expert = DatasetSource.for_dataset(plan, data, experts)
+    return MixStrategy(usual, expert)
+
+
+def training_tasks(session: Session, batch: list[tuple[int, Any]], step: int) -> list[Any]:
+    """Return the workflow tasks of one explorer step: each record repeated ``algorithm.repeat_times`` times.
+
+    With ``explorer.max_repeat_times_per_runner`` the repeats of one record
+    are split over several tasks (runners) that share its group.
+    """
+    from trinity.common.workflows.base import Task
+
+    plan = session.plan
+    taskset = plan.buffer.train_taskset
+    assert taskset is not None
+    repeats = plan.config.algorithm.repeat_times
+    chunk = plan.explorer.max_repeat_times_per_runner or repeats
+    tasks = []
+    for epoch, record in batch:
+        for first in range(0, repeats, chunk):
+            task = Task.from_record(record, taskset, repeat_times=min(chunk, repeats - first), epoch=epoch,
+                                    step=step)
+            tasks.append(dataclasses.replace(task, run_id_offset=first))
+    return tasks
+
+
+def explore_metrics(result: Any, experiences: list[Any]) -> dict[str, float]:
+    """Return the monitor metrics of one explorer step (workflow metrics averaged over its experiences)."""
+    from trinity.launcher.evaluation import workflow_metrics
+    from trinity.monitor.keys import REWARD_MEAN, TOKENS_PER_SECOND
+
+    metrics = {f"explore/{k}": float(v) for k, v in result.metrics.items()}
+    rewards = [float(e.reward or 0.0) for e in experiences]
+    tokens = sum(int(e.response_length) for e in experiences)
+    seconds = float(result.metrics.get("time_s", 0.0)) or 1e-9
+    metrics[REWARD_MEAN] = sum(rewards) / len(rewards) if rewards else 0.0
+    metrics[TOKENS_PER_SECOND] = tokens / seconds
+    metrics.update({f"explore/{key}/mean": value for key, value in workflow_metrics(experiences).items()})
+    return metrics
+
+
+def call_all(engines: list[Any], method: str, *args: Any) -> list[Any]:
+    """Call ``method(*args)`` on every engine actor and return the results."""
+    import ray
+
+    started = time.monotonic()
+    out = ray.get([getattr(e, method).remote(*args) for e in engines])
+    logger.info("%s on %d engine(s) in %.2f s", method, len(engines), time.monotonic() - started)
+    return list(out)
+
+
+def write_ray_timeline(session: Session) -> None:
+    """Write Ray's timeline to ``<run>/monitor/timeline.json`` when ``monitor.enable_ray_timeline`` asks for it."""
+    if not session.plan.monitor.enable_ray_timeline:
+        return
+    import ray
+
+    target = session.run_dir / "monitor" / "timeline.json"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    ray.timeline(filename=str(target))  # type: ignore[no-untyped-call]
+    logger.info("Ray timeline: %s", target)
+
+
+def total_train_steps(session: Session, explore_batches: int | None) -> int | None:
+    """Return the steps the trainer will take: the explored batches (per train batch) capped by trainer.total_steps."""
+    plan = session.plan
+    steps = explore_batches
+    if steps is not None and plan.buffer.train_taskset is not None:
+        per_step = plan.buffer.train_batch_size / max(1, plan.buffer.batch_size * plan.config.algorithm.repeat_times)
+        steps = int(steps / per_step) if per_step > 0 else steps
+    cap = plan.trainer.total_steps
+    if cap is not None:
+        steps = cap if steps is None else min(steps, cap)
+    return steps
