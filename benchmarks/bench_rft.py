@@ -25,9 +25,11 @@ figure is set against a baseline taken in the same run, interleaved with it.
    new tokens, sampling (temperature 1, no top-k / top-p), learning rate
    (constant, no warm-up), AdamW (betas 0.9/0.999, no weight decay), gradient
    clipping at norm 1, float32, no gradient checkpointing, no KL term
-   (trinity ``kl_coef: 0``, so no reference model; TRL ``beta=0``, its default,
-   so none either), no entropy bonus, one optimizer step per batch (trinity
-   ``ppo_epochs: 1`` and one micro-batch holding the whole batch; TRL
+   (trinity ``kl_loss_fn: none`` and ``kl_penalty_fn: none``, so no reference
+   model; TRL ``beta=0``, its default, so none either), no entropy bonus
+   (``entropy_loss_fn: none``), one optimizer step per batch (trinity
+   ``ppo_epochs: 1`` and one micro-batch holding the whole batch, set through
+   ``trainer.trainer_config.actor_rollout_ref.actor``; TRL
    ``num_iterations=1``, ``gradient_accumulation_steps=1``,
    ``per_device_train_batch_size`` = prompts x generations). Both losses are
    the PPO-clipped surrogate (epsilon 0.2) averaged over all response tokens of
@@ -39,14 +41,15 @@ figure is set against a baseline taken in the same run, interleaved with it.
 
    * trinity: build the tasks; the explorer's real
      :class:`~trinity.explorer.scheduler.Scheduler` runs one ``toy_repeat``
-     workflow per prompt in runner threads (``runners_per_engine`` = prompts per
-     step) on an in-process :class:`~trinity.common.models.hf_engine.HFEngine`
+     workflow per prompt in runner threads (``explorer.runner_per_model`` =
+     prompts per step) on an in-process :class:`~trinity.common.models.hf_engine.HFEngine`
      (a separate copy of the model; it batches concurrent requests and records
      each sampled token's log-prob while generating; the first runner's request
      is served as soon as it arrives, so a step usually takes two generate
      calls, counted in the table), the ``toy_repeat`` reward;
-     then :meth:`FSDPTrainer.train_step` (``in_process=True``, FSDP2 over a
-     process group of one): padding, group advantages, one forward/backward,
+     then the group advantages (the buffer's experience pipeline, as in a run)
+     and :meth:`FSDPTrainer.train_step` (``in_process=True``, FSDP2 over a
+     process group of one): padding, one forward/backward,
      clipping, AdamW; then the weight sync into the engine:
      ``engine.load_state_dict(trainer.full_state_dict(), version)`` (the memory
      sync method without the Ray object store in between).
@@ -180,7 +183,7 @@ def bench_weight_sync(total_mb: int, bucket_mbs: Sequence[int], rounds: int) -> 
 
 
 def _default_bucket_mb() -> int:
-    from trinity.common.config.schema import SynchronizerConfig
+    from trinity.common.config import SynchronizerConfig
 
     return SynchronizerConfig().bucket_size_mb
 
@@ -192,38 +195,58 @@ class _TrinityLoop:
     """trinity's explore -> train -> sync loop in this process, one step per :meth:`step`."""
 
     def __init__(self, model_path: Path, records: list[dict[str, str]], workdir: Path, args: argparse.Namespace):
+        from trinity.buffer import pipeline_for_plan
         from trinity.common.config import parse_config
+        from trinity.common.config.plan.run import resolve_run
         from trinity.common.models.hf_engine import HFEngine
         from trinity.explorer.scheduler import Scheduler
         from trinity.trainer.trainer import FSDPTrainer
 
         rows = args.batch * args.group
-        self.config = parse_config({
+        # upstream Trinity-RFT's schema: the settings the module docstring lists, nothing left to defaults that matter
+        self.plan = resolve_run(parse_config({
             "mode": "both",
-            "seed": args.seed,
+            "project": "bench",
+            "name": "rft",
             "checkpoint_root_dir": str(workdir / "checkpoints"),
-            "model": {"model_path": str(model_path), "max_response_tokens": args.max_new_tokens,
-                      "temperature": 1.0, "top_p": 1.0, "top_k": 0, "dtype": "float32"},
-            "cluster": {"device": "cpu"},
-            "buffer": {"batch_size": args.batch,
-                       "train_tasks": {"path": str(workdir / "tasks.jsonl"), "workflow": "toy_repeat",
-                                       "reward_fn": "toy_repeat"}},
-            "explorer": {"runners_per_engine": args.runners or args.batch, "max_batch_size": rows,
-                         "max_retries": 0},
+            "model": {"model_path": str(model_path), "max_prompt_tokens": 256,
+                      "max_response_tokens": args.max_new_tokens, "temperature": 1.0, "top_p": 1.0, "top_k": -1},
+            "cluster": {"device": "cpu", "node_num": 1, "gpu_per_node": 2},
+            "buffer": {"batch_size": args.batch, "explorer_input": {"taskset": {
+                "name": "toy", "path": str(workdir / "tasks.jsonl"),
+                "format": {"prompt_key": "question", "response_key": "answer"},
+                "default_workflow_type": "toy_repeat", "default_reward_fn_type": "toy_repeat",
+            }}},
+            "explorer": {"runner_per_model": args.runners or args.batch, "max_retry_times": 0,
+                         "rollout_model": {"engine_type": "hf", "engine_num": 1, "dtype": "float32",
+                                           "seed": args.seed, "max_batch_size": rows}},
             "synchronizer": {"sync_method": "memory"},
-            "trainer": {"trainer_num": 1, "micro_batch_size": rows, "ppo_epochs": 1, "grad_clip": 1.0,
-                        "save_interval": 0, "use_torch_compile": False},
-            "algorithm": {"algorithm_type": "grpo", "repeat_times": args.group, "kl_coef": 0.0,
-                          "entropy_coef": 0.0, "loss_agg_mode": "token-mean",
-                          "optimizer": {"lr": args.lr, "weight_decay": 0.0, "warmup_steps": 0}},
-        })
+            "trainer": {"save_interval": 0, "grad_clip": 1.0, "use_torch_compile": False, "use_dynamic_bsz": False,
+                        "trainer_config": {"actor_rollout_ref": {
+                            "model": {"enable_gradient_checkpointing": False},
+                            "actor": {"ppo_micro_batch_size_per_gpu": rows, "ppo_epochs": 1},
+                        }}},
+            "algorithm": {"algorithm_type": "grpo", "repeat_times": args.group, "kl_loss_fn": "none",
+                          "kl_penalty_fn": "none", "entropy_loss_fn": "none", "loss_agg_mode": "token-mean",
+                          "optimizer": {"lr": args.lr, "weight_decay": 0.0, "lr_warmup_steps": 0,
+                                        "lr_scheduler_type": "constant", "optimizer_type": "adamw",
+                                        "betas": [0.9, 0.999]}},
+            "data_processor": {"experience_pipeline": {"save_input": False}},
+            "monitor": {"monitor_type": "none", "jsonl": False, "plot": False, "progress": False},
+        }))
+        training = self.plan.algorithm
+        if training.use_reference or training.kl_penalty is not None or training.kl_loss is not None:
+            raise RuntimeError("the benchmark expects GRPO without a KL term (no reference model)")
+        self.taskset = self.plan.buffer.train_taskset
+        assert self.taskset is not None
         self.records = records
         self.batch = args.batch
-        self.trainer = FSDPTrainer(self.config, in_process=True)
-        if self.trainer.plan.use_reference or self.trainer.plan.kl_target != "none":
-            raise RuntimeError("the benchmark expects GRPO without a KL term (no reference model)")
-        self.engine = HFEngine(**HFEngine.config_kwargs(self.config.model, self.config.explorer, seed=args.seed))
-        self.scheduler = Scheduler.from_config([self.engine], self.config)
+        self.trainer = FSDPTrainer(self.plan, in_process=True, use_torch_compile=False)
+        # GRPO's group advantages: the buffer's pipeline computes them, as in a run (no storage: returned)
+        self.pipeline = pipeline_for_plan(self.plan, pad_token_id=self.trainer.pad_token_id)
+        rollout = self.plan.explorer.rollout
+        self.engine = HFEngine(**HFEngine.plan_kwargs(rollout, seed=rollout.seed))
+        self.scheduler = Scheduler.from_plan([self.engine], self.plan)
         self.generate_calls: list[int] = []
         sample = self.engine._sample
 
@@ -244,15 +267,14 @@ class _TrinityLoop:
         chosen = [self.records[(first + i) % len(self.records)] for i in range(self.batch)]
         tasks = [
             Task.from_record({"prompt": r["question"], "answer": r["answer"], "index": (first + i) % len(self.records)},
-                             self.config.buffer.train_tasks, repeat_times=self.config.algorithm.repeat_times,
-                             step=self.steps)
+                             self.taskset, repeat_times=self.taskset.repeat_times, step=self.steps)
             for i, r in enumerate(chosen)
         ]
         result = self.scheduler.run(tasks)
         if result.failures:
             raise RuntimeError(f"trinity step {self.steps}: a task failed: {result.failures[0].error}")
         explored = time.perf_counter()
-        metrics = self.trainer.train_step(result.experiences)
+        metrics = self.trainer.train_step(self.pipeline.process(result.experiences))
         trained = time.perf_counter()
         self.engine.load_state_dict(self.trainer.full_state_dict(), self.trainer.step)
         synced = time.perf_counter()
