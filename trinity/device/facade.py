@@ -1,6 +1,6 @@
 """The one place the framework asks device questions.
 
-The first question selects a backend (DESIGN §4) and binds the hot-path
+The first question selects a backend (:mod:`trinity.device.selection`) and binds the hot-path
 functions of this module (and of ``trinity.device``) straight to the chosen
 implementations, so ``trinity.device.synchronize()`` costs a plain call.
 Nothing here imports torch until a question needs it.

@@ -1,4 +1,4 @@
-"""Choosing the backend for this run (DESIGN §4).
+"""Choosing the backend for this run.
 
 1. An explicit choice (argument/config, or ``TRINITY_DEVICE``) wins and is
    validated: unknown, broken or unavailable is an error, never a fallback.
@@ -98,7 +98,7 @@ def select(
     environ: Mapping[str, str] | None = None,
     cluster_resources: Mapping[str, float] | None = None,
 ) -> Selection:
-    """Return the backend to use, following DESIGN §4.
+    """Return the backend to use, by the rules in this module's docstring.
 
     ``choice`` is the explicit argument or config value (``None``/``"auto"``
     for none); ``environ`` defaults to ``os.environ``; ``cluster_resources`` is

@@ -231,7 +231,7 @@ def _run_python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[s
 
 
 def test_double_models_the_autoload_trap(tmp_path: Path, doubles: Any) -> None:
-    """Installed torch_npu without CANN: plain `import torch` fails, unless autoload is off (FACTS.md)."""
+    """Installed torch_npu without CANN: plain `import torch` fails (torch autoloads it), unless autoload is off."""
     failed = _run_python("import torch", doubles.subprocess_env())
     assert failed.returncode != 0
     assert "libhccl.so: cannot open shared object file" in failed.stderr

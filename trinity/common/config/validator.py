@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from trinity.common.config.loader import ConfigError
 from trinity.common.config.plan.run import RunPlan
+from trinity.common.config.schema.run import ONLINE_SYNC_SPELLING
 from trinity.common.constants import SyncMethod, SyncMethodError
 from trinity.device.backend import Backend
 
@@ -91,7 +92,8 @@ def _layout(plan: RunPlan, backend: Backend, cluster_resources: Mapping[str, flo
     info = backend.info
     method = plan.sync.method
     try:
-        sync_method = SyncMethod.parse("online" if method == "nccl" else method, collective=info.collective_backend)
+        name = "online" if method == ONLINE_SYNC_SPELLING else method
+        sync_method = SyncMethod.parse(name, collective=info.collective_backend)
     except SyncMethodError as exc:
         raise ConfigError(f"synchronizer.sync_method: {exc}") from None
 

@@ -28,13 +28,17 @@ class ClusterConfig:
     #: (trinity-rft) Ray CPUs (fractions allowed) reserved with each engine device and trainer rank.
     cpus_per_bundle: float = 1.0
 
+#: Upstream's spelling of online sync (its default ``sync_method``): a config name, not a device choice;
+#: the collective is always the selected backend's.
+ONLINE_SYNC_SPELLING = "nccl"
+
 
 @dataclass
 class SynchronizerConfig:
     """How and when weights flow from the trainer to the engines."""
 
     #: ``nccl``/``online``: the backend's collective (nccl, hccl, gloo); ``checkpoint``/``offline``; ``memory``.
-    sync_method: str = "nccl"
+    sync_method: str = ONLINE_SYNC_SPELLING
     #: ``fixed``: every ``sync_interval`` steps; ``explorer_driven`` / ``trainer_driven`` (and upstream's
     #: ``dynamic_by_*`` spellings) are accepted and run in lockstep like ``fixed`` (see the plan's notes).
     sync_style: str = "fixed"
