@@ -2,10 +2,11 @@
 
 Public API, for the launcher, explorer and trainer:
 
-* tasks: :func:`load_tasks`, :class:`TaskScheduler` (``for_training`` /
-  ``for_evaluation``, ``next_batch``, ``state_dict`` / ``load_state_dict``);
+* tasks: :func:`load_tasks`, :class:`TaskScheduler` (``for_training``,
+  ``next_batch``, ``state_dict`` / ``load_state_dict``);
 * storages: :func:`make_storage` and :data:`STORAGES` (``queue``, ``sqlite``, ``jsonl``);
-* sampling: :func:`make_sample_strategy` and :data:`SAMPLE_STRATEGIES` (``default``, ``staleness``);
+* sampling: :func:`make_sample_strategy` and :data:`SAMPLE_STRATEGIES` (``default``,
+  ``staleness_control``, ``mix``, ...);
 * pipeline: :func:`pipeline_for_plan` / :func:`build_pipeline`, :func:`buffer_advantage_fn`,
   :data:`REWARD_SHAPERS`;
 * errors: :mod:`trinity.buffer.errors`.
@@ -27,7 +28,6 @@ __getattr__, __dir__ = lazy_exports(__name__, {
     "RewardShaping": "pipeline",
     "buffer_advantage_fn": "pipeline",
     "build_pipeline": "pipeline",
-    "computes_in_buffer": "pipeline",
     "pipeline_for_plan": "pipeline",
     "SAMPLE_STRATEGIES": "catalog",
     "SampleStrategy": "sampling",

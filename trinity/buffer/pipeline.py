@@ -39,14 +39,6 @@ from trinity.buffer.storage.base import ExperienceStorage
 from trinity.common.experience import Experience, make_batch
 
 
-def computes_in_buffer(advantage_fn: str) -> bool:
-    """Return whether the advantage function ``advantage_fn`` is group-local (so the buffer may compute it)."""
-    from trinity.algorithm.catalog import ADVANTAGES
-
-    info = ADVANTAGES.info(advantage_fn)
-    return bool(info is not None and info.group_local)
-
-
 def buffer_advantage_fn(training: Any) -> str:
     """Return the advantage function the pipeline computes for a training plan, or ``""`` when the trainer does.
 
@@ -280,8 +272,8 @@ def build_pipeline(
 
     ``reward_shaping`` is a list of ``{"name": <shaper>, "args": {...}}``
     (applied in order). ``advantage_fn``, when set, adds group advantages
-    (use it for group-local functions, see :func:`computes_in_buffer`; others need what only
-    the trainer has). Raises ValueError (one line) for a malformed shaping
+    (only group-local functions: the training plan checks that; others need what only the
+    trainer has). Raises ValueError (one line) for a malformed shaping
     entry, UnknownNameError / UnknownOptionError for unknown names or options.
     """
     processors: list[ExperienceProcessor] = []

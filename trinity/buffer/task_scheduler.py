@@ -22,7 +22,7 @@ from typing import Any, Generic, TypeVar
 
 from trinity.buffer.errors import TaskPositionError
 from trinity.buffer.task_files import TaskRecord, load_tasks
-from trinity.common.config.plan.data import BufferPlan, TasksetPlan
+from trinity.common.config.plan.data import BufferPlan
 
 T = TypeVar("T")
 
@@ -110,11 +110,6 @@ class TaskScheduler(Generic[T]):
             selector=taskset.selector,
             seed=taskset.seed,
         )
-
-    @classmethod
-    def for_evaluation(cls, task_set: TasksetPlan, batch_size: int) -> TaskScheduler[TaskRecord]:
-        """Return a scheduler serving ``task_set`` once, in file order (evaluation)."""
-        return TaskScheduler(load_tasks(task_set), batch_size, total_epochs=1)
 
     @property
     def position(self) -> TaskPosition:

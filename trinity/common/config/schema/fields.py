@@ -41,11 +41,6 @@ def inert(default: Any, why: str) -> Any:
     return field(default=default, metadata={INERT: why})
 
 
-def inert_factory(factory: Any, why: str) -> Any:
-    """Like :func:`inert` for a mutable default built by ``factory``."""
-    return field(default_factory=factory, metadata={INERT: why})
-
-
 @dataclass(frozen=True)
 class ConfigSource:
     """Where a config came from and what it set (filled by the loader; never a YAML key)."""
