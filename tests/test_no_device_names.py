@@ -22,7 +22,7 @@ CONFIG_LAYER = TRINITY / "common" / "config"
 def device_names(path: Path, line: str) -> list[str]:
     """Return the device names ``line`` of ``path`` uses (upstream's ``sync_method: nccl`` spelling excepted)."""
     found = [m.group(0) for m in DEVICE_NAMES.finditer(line)]
-    if CONFIG_LAYER in path.parents and "method" in line:
+    if CONFIG_LAYER in path.parents and "method" in line.lower():
         found = [name for name in found if not UPSTREAM_SYNC_WORD.fullmatch(name)]
     return found
 
@@ -49,6 +49,7 @@ def test_no_device_name_outside_the_device_layer(path: Path) -> None:
 def test_the_upstream_sync_word_is_allowed_only_as_a_sync_method_in_the_config_layer() -> None:
     config_file = CONFIG_LAYER / "plan" / "run.py"
     assert device_names(config_file, 'elif method == "nccl":') == []
+    assert device_names(config_file, 'UPSTREAM_ONLINE_SYNC_METHOD = "nccl"') == []
     assert device_names(config_file, 'backend = "nccl"') == ['"nccl"']
     assert device_names(TRINITY / "trainer" / "trainer.py", 'if sync_method == "nccl":') == ['"nccl"']
     assert device_names(config_file, 'method = "cuda" if torch.cuda.is_available() else "nccl"') == [

@@ -204,7 +204,7 @@ def test_the_check_imports_neither_torch_nor_datasets() -> None:
 
 
 def test_the_dry_run_entry_point_returns_the_problem_line(tmp_path: Path) -> None:
-    from trinity.buffer.datasets import check_dataset
+    from trinity.buffer.dataset_check import check_dataset
 
     fmt = FormatConfig(prompt_key="question", response_key="answer")
     where = "buffer.explorer_input.taskset"

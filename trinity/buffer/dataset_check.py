@@ -25,7 +25,7 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trinity.buffer.datasets import (
     FILE_BUILDERS,
@@ -47,7 +47,10 @@ from trinity.buffer.datasets import (
     unreadable_message,
     unsupported_file_message,
 )
-from trinity.buffer.record_keys import missing_key_message
+from trinity.buffer.record_keys import missing_key_message, required_keys
+
+if TYPE_CHECKING:
+    from trinity.common.config.schema.buffer import FormatConfig
 
 #: Files ``datasets`` never reads as data.
 IGNORED_FILES = {"README.md", "config.json", "dataset_info.json", "dataset_infos.json", "dummy_data.zip",
@@ -382,3 +385,34 @@ def inspect_dataset(
             where = f"{name}: the first record of {check.source} (split {split!r})"
             raise DatasetError(missing_key_message(where, field, key, check.keys))
     return check
+
+
+def check_dataset(  # noqa: PLR0917 - positional, as the config preflight calls its data check
+    path: str | None,
+    split: str = "train",
+    subset_name: str | None = None,
+    fmt: FormatConfig | None = None,
+    where: str = "data set",
+    schema: str | None = "task",
+    *,
+    require_response: bool = True,
+    cache_dir: str | None = None,
+) -> str | None:
+    """Return the one-line problem of a data set for a dry run, or None when it looks right.
+
+    The fast check of :func:`inspect_dataset`
+    (no torch; ``datasets`` only for layouts it does not copy): the path
+    exists (or is a reachable or cached hub id), the split and subset exist,
+    and the first record has the keys ``fmt`` needs for ``schema`` (``task``,
+    ``sft`` or ``dpo``; see :func:`trinity.buffer.record_keys.required_keys`).
+    ``where`` names the data set in the message. Never raises for a data or
+    format problem: it is returned.
+    """
+    try:
+        keys = {} if fmt is None else required_keys(fmt, str(schema or "task"), require_response=require_response)
+        inspect_dataset(where, path, split, subset_name, keys=keys, cache_dir=cache_dir)
+    except DatasetError as exc:
+        return str(exc)
+    except ValueError as exc:  # an unknown schema or prompt type
+        return f"{where}: {exc}"
+    return None

@@ -13,8 +13,8 @@
 
 ``split`` may slice or join splits as ``datasets`` does (``train[:100]``, ``train+test``).
 Every problem is a :class:`DatasetError`: one line naming the data set, the path and what to do.
-``datasets`` is imported only when a data set is loaded. :func:`check_dataset` is the dry run's
-fast check (see :mod:`trinity.buffer.dataset_check`), returning the problem instead of raising.
+``datasets`` is imported only when a data set is loaded. The dry run's fast check, which
+returns the problem instead of raising, is :func:`trinity.buffer.dataset_check.check_dataset`.
 """
 
 from __future__ import annotations
@@ -31,8 +31,6 @@ from trinity.buffer.errors import DatasetError as DatasetError
 
 if TYPE_CHECKING:
     from datasets import Dataset
-
-    from trinity.common.config.schema.buffer import FormatConfig
 
 
 #: File suffix -> ``datasets`` packaged builder, for the single files and folders read here.
@@ -413,37 +411,3 @@ def load_split(
     if len(dataset) == 0:
         raise DatasetError(empty_message(name, path, split))
     return dataset
-
-
-def check_dataset(  # noqa: PLR0917 - positional, as the config preflight calls its data check
-    path: str | None,
-    split: str = "train",
-    subset_name: str | None = None,
-    fmt: FormatConfig | None = None,
-    where: str = "data set",
-    schema: str | None = "task",
-    *,
-    require_response: bool = True,
-    cache_dir: str | None = None,
-) -> str | None:
-    """Return the one-line problem of a data set for a dry run, or None when it looks right.
-
-    The fast check of :func:`trinity.buffer.dataset_check.inspect_dataset`
-    (no torch; ``datasets`` only for layouts it does not copy): the path
-    exists (or is a reachable or cached hub id), the split and subset exist,
-    and the first record has the keys ``fmt`` needs for ``schema`` (``task``,
-    ``sft`` or ``dpo``; see :func:`trinity.buffer.record_keys.required_keys`).
-    ``where`` names the data set in the message. Never raises for a data or
-    format problem: it is returned.
-    """
-    from trinity.buffer.dataset_check import inspect_dataset
-    from trinity.buffer.record_keys import required_keys
-
-    try:
-        keys = {} if fmt is None else required_keys(fmt, str(schema or "task"), require_response=require_response)
-        inspect_dataset(where, path, split, subset_name, keys=keys, cache_dir=cache_dir)
-    except DatasetError as exc:
-        return str(exc)
-    except ValueError as exc:  # an unknown schema or prompt type
-        return f"{where}: {exc}"
-    return None

@@ -41,7 +41,7 @@ def run_stages(config: Config) -> int:
     (``model.model_path``); progress is kept in ``<run folder>/stages.json``,
     so the same command resumes at the first unfinished stage.
     """
-    from trinity.launcher.job import run_plan
+    from trinity.launcher.modes import run_plan
     from trinity.utils.fs import write_text_atomic
 
     plans = plan_stages(config)

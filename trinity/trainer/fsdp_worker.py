@@ -370,9 +370,7 @@ class FSDPWorker:
 
     def _share(self, mask: torch.Tensor, units: dict[str, int], part: str, rows: torch.Tensor) -> float:
         """Return this micro-batch's share of the step's ``part`` (``usual``/``expert``) loss units."""
-        from trinity.trainer.trainer import mix_units
-
-        usual_units, expert_units = mix_units(self.plan)
+        usual_units, expert_units = self.plan.mix_units()
         unit = usual_units if part == "usual" else expert_units
         return count_units(mask, unit, rows=rows) / max(1, units[part])
 

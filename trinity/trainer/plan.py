@@ -216,6 +216,14 @@ class TrainingPlan:
         info = family.info(name) if name else None
         return {**(dict(info.options) if info else {}), **given}
 
+    def mix_units(self) -> tuple[Units, Units]:
+        """Return the units of the rollout part and the expert part of a ``mix`` loss (by their aggregation modes)."""
+        options = self.effective_options("policy_loss")
+        base = str(options.get("loss_agg_mode") or self.loss_agg_mode)
+        usual = str(options.get("grpo_loss_agg_mode") or base)
+        expert = str(options.get("sft_loss_agg_mode") or base)
+        return AGG_UNITS.get(usual, "seq"), AGG_UNITS.get(expert, "seq")
+
 
 def _kl_term(name: str, options: Mapping[str, Any], where: str) -> KLTerm | None:
     """Return the KL term of estimator ``name`` with ``options``; None when it is off (``none`` or coef 0)."""

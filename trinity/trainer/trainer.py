@@ -50,7 +50,7 @@ from trinity.trainer.batching import (
 )
 from trinity.trainer.checkpoint import CheckpointDir, CheckpointError, resolve_checkpoint
 from trinity.trainer.fsdp_worker import FSDPWorker
-from trinity.trainer.plan import AGG_UNITS, TrainingPlan, Units
+from trinity.trainer.plan import TrainingPlan
 
 logger = logging.getLogger(__name__)
 
@@ -90,20 +90,11 @@ def step_units(plan: TrainingPlan, rows: Rows) -> dict[str, int]:
     }
     if plan.expert_rows:
         expert = rows["expert_mask"].bool()
-        usual_units, expert_units = mix_units(plan)
+        usual_units, expert_units = plan.mix_units()
         units["usual"] = count_units(mask, usual_units, rows=~expert)
         units["expert"] = count_units(mask, expert_units, rows=expert)
         units["agg_usual"] = count_units(mask, plan.agg_units, rows=~expert)
     return units
-
-
-def mix_units(plan: TrainingPlan) -> tuple[Units, Units]:
-    """Return the units of the rollout part and the expert part of a ``mix`` loss (by their aggregation modes)."""
-    options = plan.effective_options("policy_loss")
-    base = str(options.get("loss_agg_mode") or plan.loss_agg_mode)
-    usual = str(options.get("grpo_loss_agg_mode") or base)
-    expert = str(options.get("sft_loss_agg_mode") or base)
-    return AGG_UNITS.get(usual, "seq"), AGG_UNITS.get(expert, "seq")
 
 
 def worker_actor_options(

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from trinity.common.config.errors import ConfigError, closest_key
+
 _TASKSET = ("buffer.explorer_input.taskset", "buffer.explorer_input.tasksets[*]",
             "buffer.explorer_input.eval_tasksets[*]")
 
@@ -101,8 +103,6 @@ def _pattern(dotted: str) -> str:
 
 def unknown_key_message(dotted: str, key: str, known: list[str]) -> str:
     """Return the one-line error for the unknown key ``key`` at ``dotted`` (``known``: the section's keys)."""
-    from trinity.common.config.loader import closest_key
-
     pattern = _pattern(dotted)
     if pattern in MOVED:
         return f"{dotted}: unknown key: this spelling of trinity-rft 0.1 is now {MOVED[pattern]}"
@@ -113,8 +113,6 @@ def unknown_key_message(dotted: str, key: str, known: list[str]) -> str:
 
 def normalise(raw: dict[str, Any]) -> dict[str, Any]:
     """Return ``raw`` with accepted aliases folded into their canonical keys; raises ConfigError on a clash."""
-    from trinity.common.config.loader import ConfigError
-
     for section, alias, canonical in ALIASES:
         node = raw.get(section)
         if not isinstance(node, dict) or alias not in node:

@@ -17,13 +17,13 @@
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import types
 import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar, Union
 
+from trinity.common.config.errors import ConfigError as ConfigError
 from trinity.common.config.schema import Config
 from trinity.common.config.schema.fields import INERT, INTERNAL, REFUSED, REFUSED_VALUES, ConfigSource
 
@@ -32,10 +32,6 @@ T = TypeVar("T")
 #: Boolean spellings OmegaConf accepts for a bool field.
 _TRUE = {"true", "yes", "on", "y", "1"}
 _FALSE = {"false", "no", "off", "n", "0"}
-
-
-class ConfigError(ValueError):
-    """A configuration is invalid; the message names the file and dotted path and says what to do."""
 
 
 def load_config(path: str | Path, overrides: Mapping[str, Any] | None = None) -> Config:
@@ -261,11 +257,3 @@ def _describe(value: Any) -> str:
 
 def _name(hint: Any) -> str:
     return getattr(hint, "__name__", str(hint).replace("typing.", ""))
-
-
-def closest_key(key: str, known: list[str]) -> str:
-    """Return "; did you mean 'x'?" for the closest of ``known``, or "; known keys: ..."."""
-    close = difflib.get_close_matches(key, known, n=2, cutoff=0.6)
-    if close:
-        return f"; did you mean {' or '.join(repr(c) for c in close)}?"
-    return f"; known keys: {', '.join(known)}"

@@ -96,7 +96,7 @@ def _preflight(plan: RunPlan, strict: bool, checker: Callable[..., str | None],
 
 
 def _default_data_check() -> Callable[..., str | None]:
-    from trinity.buffer.datasets import check_dataset
+    from trinity.buffer.dataset_check import check_dataset
 
     def check(path: str, split: str, subset: str | None, fmt: object, where: str,  # noqa: PLR0917
               schema: str) -> str | None:

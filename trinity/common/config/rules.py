@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from trinity.common.config.errors import ConfigError
+
 if TYPE_CHECKING:
     from trinity.common.config.schema import Config
 
@@ -37,8 +39,6 @@ def _get(config: Config, dotted: str) -> object:
 
 def check_rules(config: Config) -> None:
     """Raise ``ConfigError`` naming the first broken rule's dotted path."""
-    from trinity.common.config.loader import ConfigError
-
     for path, choices in CHOICES.items():
         value = _get(config, path)
         if isinstance(value, str) and value.strip().lower() not in choices:

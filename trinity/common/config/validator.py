@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from trinity.common.config.loader import ConfigError
 from trinity.common.config.plan.run import RunPlan
-from trinity.common.config.schema.run import ONLINE_SYNC_SPELLING
+from trinity.common.config.schema.run import UPSTREAM_ONLINE_SYNC_METHOD
 from trinity.common.constants import SyncMethod, SyncMethodError
 from trinity.device.backend import Backend
 
@@ -92,7 +92,7 @@ def _layout(plan: RunPlan, backend: Backend, cluster_resources: Mapping[str, flo
     info = backend.info
     method = plan.sync.method
     try:
-        name = "online" if method == ONLINE_SYNC_SPELLING else method
+        name = "online" if method == UPSTREAM_ONLINE_SYNC_METHOD else method
         sync_method = SyncMethod.parse(name, collective=info.collective_backend)
     except SyncMethodError as exc:
         raise ConfigError(f"synchronizer.sync_method: {exc}") from None

@@ -33,7 +33,7 @@ from trinity.common.config.plan.explorer import ExplorerPlan, resolve_explorer
 from trinity.common.config.plan.model import ModelPlan, resolve_model
 from trinity.common.config.plan.trainer import TrainerPlan, resolve_trainer
 from trinity.common.config.schema import AlgorithmConfig, Config
-from trinity.common.config.schema.run import ONLINE_SYNC_SPELLING
+from trinity.common.config.schema.run import UPSTREAM_ONLINE_SYNC_METHOD
 from trinity.common.config.verl_keys import VerlKeyError, VerlSettings, read_trainer_config
 
 
@@ -338,7 +338,7 @@ def _sync(config: Config, schema: str, notes: list[str]) -> SyncPlan:
             f"sync every {sync.sync_interval} step(s) as with fixed (same staleness bound); running them "
             "concurrently is not supported yet"
         )
-    if method == ONLINE_SYNC_SPELLING and schema not in ("sft", "dpo"):
+    if method == UPSTREAM_ONLINE_SYNC_METHOD and schema not in ("sft", "dpo"):
         notes.append(f"synchronizer.sync_method: {method} is upstream's name for online sync: the selected "
                      "backend's collective (nccl on CUDA, hccl on Ascend, gloo on CPU)")
     interval = sync.sync_interval

@@ -30,7 +30,7 @@ class ClusterConfig:
 
 #: Upstream's spelling of online sync (its default ``sync_method``): a config name, not a device choice;
 #: the collective is always the selected backend's.
-ONLINE_SYNC_SPELLING = "nccl"
+UPSTREAM_ONLINE_SYNC_METHOD = "nccl"
 
 
 @dataclass
@@ -38,7 +38,7 @@ class SynchronizerConfig:
     """How and when weights flow from the trainer to the engines."""
 
     #: ``nccl``/``online``: the backend's collective (nccl, hccl, gloo); ``checkpoint``/``offline``; ``memory``.
-    sync_method: str = ONLINE_SYNC_SPELLING
+    sync_method: str = UPSTREAM_ONLINE_SYNC_METHOD
     #: ``fixed``: every ``sync_interval`` steps; ``explorer_driven`` / ``trainer_driven`` (and upstream's
     #: ``dynamic_by_*`` spellings) are accepted and run in lockstep like ``fixed`` (see the plan's notes).
     sync_style: str = "fixed"

@@ -1,0 +1,27 @@
+"""Running one resolved plan: open its session and run its mode."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from trinity.common.config.plan.run import RunPlan
+from trinity.launcher.session import Session, open_session
+
+
+def _modes() -> dict[str, Callable[[Session], None]]:
+    from trinity.launcher.bench import run_bench
+    from trinity.launcher.both import run_both
+    from trinity.launcher.explore import run_explore
+    from trinity.launcher.train import run_train
+
+    return {"both": run_both, "explore": run_explore, "train": run_train, "bench": run_bench}
+
+
+def run_plan(plan: RunPlan) -> int:
+    """Run a resolved plan; return the exit status."""
+    session = open_session(plan)
+    try:
+        _modes()[plan.mode](session)
+    finally:
+        session.close()
+    return 0
