@@ -2,29 +2,41 @@
 
 from __future__ import annotations
 
+from trinity.errors import EXIT_USAGE, TrinityError
 
-class TrinityBufferError(Exception):
-    """Base of every buffer error."""
+
+class TrinityBufferError(TrinityError):
+    """Base of every buffer error (exit status 1 unless a family says otherwise)."""
 
 
 class TaskFileError(TrinityBufferError, ValueError):
     """A task set cannot be read: missing file, unsupported format, malformed line, missing key."""
 
+    exit_code = EXIT_USAGE
+
 
 class DatasetError(TrinityBufferError, ValueError):
     """A data set cannot be read: missing path, split or subset, empty, malformed or unreachable."""
+
+    exit_code = EXIT_USAGE
 
 
 class FormatError(TrinityBufferError, ValueError):
     """A record does not fit its data set's format: missing key, malformed messages, unusable chat template."""
 
+    exit_code = EXIT_USAGE
+
 
 class ChatTemplateError(TrinityBufferError, ValueError):
     """A conversation cannot be rendered, or its assistant turns cannot be found, with the chat template."""
 
+    exit_code = EXIT_USAGE
+
 
 class TaskPositionError(TrinityBufferError, ValueError):
     """A saved task position does not fit the task set it is restored into."""
+
+    exit_code = EXIT_USAGE
 
 
 class StorageError(TrinityBufferError):

@@ -1,20 +1,17 @@
-"""Errors the command line turns into one line on stderr and an exit code."""
+"""Errors the command line itself raises; each ends the command as one line on stderr and an exit code."""
 
 from __future__ import annotations
 
-#: Exit status of a command that ran and found a problem (failed check, unusable backend).
-EXIT_FAILURE = 1
-#: Exit status of bad input: a wrong argument, an unknown name, a malformed setting.
-EXIT_USAGE = 2
+from trinity.errors import EXIT_FAILURE, EXIT_USAGE, TrinityError
+
+__all__ = ["EXIT_FAILURE", "EXIT_USAGE", "CLIError", "UsageError"]
 
 
-class CLIError(Exception):
+class CLIError(TrinityError):
     """A problem the user can fix; its message is printed as ``trinity: error: <message>``."""
 
     def __init__(self, message: str, exit_code: int = EXIT_FAILURE) -> None:
-        super().__init__(message)
-        #: The process exit status this error ends the command with.
-        self.exit_code = exit_code
+        super().__init__(message, exit_code=exit_code)
 
 
 class UsageError(CLIError):

@@ -18,7 +18,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from trinity.cli import backends, run
-from trinity.cli.errors import EXIT_FAILURE, EXIT_USAGE, CLIError, UsageError
+from trinity.cli.errors import UsageError
+from trinity.errors import EXIT_FAILURE, TrinityError, carried_error
 
 PROG = "trinity"
 #: Set to ``1`` to get the traceback of an error along with its one line.
@@ -116,19 +117,6 @@ def _error(message: str) -> None:
     print(f"{PROG}: error: {one_line(message)}", file=sys.stderr)
 
 
-def _device_error_code(exc: Exception) -> int | None:
-    """Return the exit status for a device-layer error, or None when ``exc`` is not one.
-
-    The device package is looked up in ``sys.modules``: if it was never
-    imported, the exception cannot come from it (and ``--help`` stays light).
-    """
-    errors = sys.modules.get("trinity.device.errors")
-    if errors is None or not isinstance(exc, errors.DeviceError):
-        return None
-    bad_input = (errors.UnknownBackendError, errors.InvalidDeviceRequestError, errors.ConflictingChoiceError)
-    return EXIT_USAGE if isinstance(exc, bad_input) else EXIT_FAILURE
-
-
 def _run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     try:
@@ -161,9 +149,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     _tolerate_unencodable_output()
     try:
         return _run(argv)
-    except CLIError as exc:
-        _error(str(exc))
-        return exc.exit_code
+    except TrinityError as exc:
+        if debug:
+            traceback.print_exc()
+        known = carried_error(exc)
+        _error(str(known))
+        return known.exit_code
     except KeyboardInterrupt:
         _error("interrupted")
         return EXIT_INTERRUPTED
@@ -175,10 +166,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the one place every remaining error is turned into a line
         if debug:
             traceback.print_exc()
-        code = _device_error_code(exc)
-        if code is not None:
-            _error(str(exc))
-            return code
         hint = "" if debug else f"; rerun with {DEBUG_ENV}=1 to see the traceback"
         _error(f"unexpected {type(exc).__name__}: {exc} (this is a bug in trinity or a backend plugin{hint})")
         return EXIT_FAILURE

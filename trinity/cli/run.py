@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from trinity.cli.errors import EXIT_FAILURE, EXIT_USAGE, CLIError
+from trinity.cli.errors import EXIT_USAGE, CLIError
 
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -64,56 +64,26 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
     return overrides
 
 
-def _bad_input() -> tuple[type[BaseException], ...]:
-    """Errors in what the user gave: the config, its files, the Ray address (exit 2)."""
-    from trinity.buffer.errors import ChatTemplateError, DatasetError, FormatError, TaskFileError, TaskPositionError
-    from trinity.common.config import ConfigError
-    from trinity.common.ray_connect import RayConnectionError
-    from trinity.common.registry import RegistryError
-
-    return (ConfigError, RayConnectionError, RegistryError, FileNotFoundError, TaskFileError, TaskPositionError,
-            DatasetError, FormatError, ChatTemplateError)
-
-
-def _run_failures() -> tuple[type[BaseException], ...]:
-    """Errors of a run that started correctly and then could not go on (exit 1)."""
-    from trinity.buffer.errors import StorageError
-    from trinity.synchronizer.synchronizer import SyncError
-    from trinity.trainer.checkpoint import CheckpointError
-
-    return (StorageError, SyncError, CheckpointError)
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     """Load the config and run the job (or, with ``--dry-run``, print its plan); return the exit status."""
     if args.device and not args.dry_run:
         raise CLIError("--device plans for another backend and needs --dry-run; to run on a backend, set "
                        "cluster.device or TRINITY_DEVICE", EXIT_USAGE)
-    try:
-        if args.dry_run:
-            from trinity.cli.dry_run import dry_run
+    if args.dry_run:
+        from trinity.cli.dry_run import dry_run
 
-            return dry_run(args.config, parse_overrides(args.overrides), args.device)
-        from trinity.launcher import run_job
+        return dry_run(args.config, parse_overrides(args.overrides), args.device)
+    from trinity.launcher import run_job
 
-        return run_job(args.config, parse_overrides(args.overrides))
-    except Exception as exc:  # sorted here, so a dry run imports no module an error type lives in
-        if isinstance(exc, _bad_input()):
-            raise CLIError(str(exc), EXIT_USAGE) from None
-        if isinstance(exc, _run_failures()):
-            raise CLIError(f"the run stopped: {exc}", EXIT_FAILURE) from None
-        raise
+    return run_job(args.config, parse_overrides(args.overrides))
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
     """Convert a checkpoint to a Hugging Face folder; return the exit status."""
-    from trinity.manager.checkpoint_converter import CheckpointError, convert_checkpoint
+    from trinity.manager.checkpoint_converter import convert_checkpoint
 
-    try:
-        out = convert_checkpoint(
-            args.checkpoint, args.output, model_path=args.model_path, dtype=args.dtype, overwrite=args.overwrite
-        )
-    except (CheckpointError, FileNotFoundError) as exc:
-        raise CLIError(str(exc), EXIT_FAILURE) from None
+    out = convert_checkpoint(
+        args.checkpoint, args.output, model_path=args.model_path, dtype=args.dtype, overwrite=args.overwrite
+    )
     print(f"wrote {out}")
     return 0

@@ -13,11 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trinity.errors import EXIT_USAGE, TrinityError
+
 CURRENT_CLUSTER_FILE = Path("/tmp/ray/ray_current_cluster")
 
 
-class RayConnectionError(RuntimeError):
-    """Ray could not be reached or started; the message says what to do."""
+class RayConnectionError(TrinityError, RuntimeError):
+    """Ray could not be reached or started; the message says what to do (exit status 2)."""
+
+    exit_code = EXIT_USAGE
 
 
 @dataclass(frozen=True)

@@ -20,11 +20,15 @@ import importlib
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar, cast
 
+from trinity.errors import EXIT_USAGE, TrinityError
+
 T = TypeVar("T")
 
 
-class RegistryError(Exception):
-    """Base of registry errors."""
+class RegistryError(TrinityError):
+    """Base of registry errors: a name nothing is registered under, or registered twice (exit status 2)."""
+
+    exit_code = EXIT_USAGE
 
 
 class UnknownNameError(RegistryError, KeyError):

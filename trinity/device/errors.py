@@ -6,13 +6,17 @@ one line and exits non-zero, so the text is part of the API.
 
 from __future__ import annotations
 
+from trinity.errors import EXIT_USAGE, TrinityError
 
-class DeviceError(Exception):
-    """Base of every error the device layer raises on bad input or bad plugins."""
+
+class DeviceError(TrinityError):
+    """Base of every error the device layer raises on bad input or bad plugins (exit status 1)."""
 
 
 class UnknownBackendError(DeviceError):
     """A backend was asked for by a name no installed distribution provides."""
+
+    exit_code = EXIT_USAGE
 
 
 class BackendUnavailableError(DeviceError):
@@ -26,6 +30,10 @@ class BackendLoadError(DeviceError):
 class ConflictingChoiceError(DeviceError):
     """Two explicit device choices (argument/config and environment) disagree."""
 
+    exit_code = EXIT_USAGE
+
 
 class InvalidDeviceRequestError(DeviceError):
     """A device request is malformed (e.g. a negative local rank, a bad timeout)."""
+
+    exit_code = EXIT_USAGE

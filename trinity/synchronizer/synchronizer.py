@@ -52,6 +52,7 @@ from typing import Any
 from trinity.common.config.plan.run import RunPlan, SyncPlan
 from trinity.common.constants import SyncMethod
 from trinity.common.models.engine import TensorMeta, WeightSyncGroupInfo
+from trinity.errors import TrinityError
 from trinity.synchronizer.policy import SyncPolicy
 from trinity.synchronizer.weight_sync import metas_bytes
 
@@ -60,8 +61,8 @@ logger = logging.getLogger(__name__)
 DEFAULT_GROUP_NAME = "trinity-weight-sync"
 
 
-class SyncError(RuntimeError):
-    """A sync failed."""
+class SyncError(TrinityError, RuntimeError):
+    """A sync failed (exit status 1)."""
 
 
 class SyncTimeoutError(SyncError, TimeoutError):

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import difflib
 
+from trinity.errors import EXIT_USAGE, TrinityError
 
-class ConfigError(ValueError):
+
+class ConfigError(TrinityError, ValueError):
     """A configuration is invalid; the message names the file and dotted path and says what to do."""
+
+    exit_code = EXIT_USAGE
 
 
 def closest_key(key: str, known: list[str]) -> str:

@@ -1,0 +1,77 @@
+"""One error root: every error a user can cause is a TrinityError with its exit status, mapped once by the CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trinity.buffer import errors as buffer_errors
+from trinity.cli import main as cli_main
+from trinity.cli.errors import CLIError, UsageError
+from trinity.common.config.errors import ConfigError
+from trinity.common.models.pretrained import ModelPathError, check_model_folder
+from trinity.common.ray_connect import RayConnectionError
+from trinity.common.registry import DuplicateNameError, UnknownNameError
+from trinity.device import errors as device_errors
+from trinity.errors import EXIT_FAILURE, EXIT_USAGE, TrinityError
+from trinity.synchronizer.synchronizer import SyncError, SyncTimeoutError
+from trinity.trainer.checkpoint import CheckpointError, CheckpointWriteError
+
+BAD_INPUT = [
+    ConfigError, RayConnectionError, UnknownNameError, DuplicateNameError, UsageError, ModelPathError,
+    buffer_errors.TaskFileError, buffer_errors.DatasetError, buffer_errors.FormatError,
+    buffer_errors.ChatTemplateError, buffer_errors.TaskPositionError,
+    device_errors.UnknownBackendError, device_errors.InvalidDeviceRequestError, device_errors.ConflictingChoiceError,
+]
+RUN_FAILED = [
+    buffer_errors.StorageError, buffer_errors.StorageTimeoutError, buffer_errors.BufferExhaustedError,
+    SyncError, SyncTimeoutError, CheckpointError, CheckpointWriteError,
+    device_errors.BackendUnavailableError, device_errors.BackendLoadError,
+]
+
+
+@pytest.mark.parametrize("cls", BAD_INPUT, ids=lambda c: c.__name__)
+def test_bad_input_exits_2(cls: type[TrinityError]) -> None:
+    assert issubclass(cls, TrinityError) and cls("x").exit_code == EXIT_USAGE
+
+
+@pytest.mark.parametrize("cls", RUN_FAILED, ids=lambda c: c.__name__)
+def test_a_failed_run_exits_1(cls: type[TrinityError]) -> None:
+    assert issubclass(cls, TrinityError) and cls("x").exit_code == EXIT_FAILURE
+
+
+def test_the_old_bases_still_hold() -> None:
+    assert issubclass(ConfigError, ValueError) and issubclass(SyncTimeoutError, TimeoutError)
+    assert issubclass(UnknownNameError, KeyError) and issubclass(buffer_errors.TaskFileError, ValueError)
+    assert CLIError("x", 3).exit_code == 3
+
+
+def test_the_cli_maps_any_trinity_error_once_with_its_exit_code(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from trinity.cli import report
+
+    class PluginFamilyError(TrinityError):
+        exit_code = 7
+
+    def failing() -> None:
+        raise PluginFamilyError("the thing at /x is wrong;\nfix it")
+
+    monkeypatch.setattr(report, "gather", failing)
+    assert cli_main.main(["backends", "list"]) == 7
+    assert capsys.readouterr().err == "trinity: error: the thing at /x is wrong; fix it\n"
+
+
+@pytest.mark.parametrize(
+    ("name", "fragment"),
+    [("absent", "does not exist"), ("empty", "is a folder but not a Hugging Face model"), ("file", "is a file")],
+)
+def test_a_path_that_cannot_be_a_model_is_refused(tmp_path: Path, name: str,
+                                                   fragment: str) -> None:
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "file").write_text("x")
+    path = str(tmp_path / name)
+    with pytest.raises(ModelPathError, match=fragment):
+        check_model_folder(path, "model.model_path")
+    check_model_folder("Qwen/Qwen2.5-0.5B", "model.model_path")  # a hub id passes: the hub decides
