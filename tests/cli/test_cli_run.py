@@ -72,6 +72,18 @@ def test_a_model_path_that_is_not_a_model_fails_before_ray_starts(trinity: Runne
     assert result.returncode == 2 and "model.model_path" in result.error_line()
 
 
+def test_a_model_folder_transformers_cannot_load_is_one_line(trinity: Runner, tmp_path: Path) -> None:
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text('{"model_type": "qwen2"}', encoding="utf-8")  # no weights, no tokenizer
+    text = GOOD.replace("ROOT/tiny\n  tiny: {}", "ROOT/broken") + "cluster:\n  ray_address: local\n"
+    result = trinity("run", "--config", str(write(tmp_path, text)), timeout=240)
+    assert result.returncode == 2, result.stderr
+    line = result.error_line()
+    assert line.startswith("trinity: error: model.model_path: ") and f"cannot load {broken}: " in line
+    assert "point it at a complete Hugging Face model folder" in line and "bug" not in line
+
+
 def test_missing_config_file(trinity: Runner, tmp_path: Path) -> None:
     result = trinity("run", "--config", str(tmp_path / "absent.yaml"))
     assert result.returncode == 2 and "does not exist" in result.error_line()

@@ -62,7 +62,10 @@ class DatasetSource:
         """
         from transformers import AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(plan.model.path, trust_remote_code=plan.model.trust_remote_code)
+        from trinity.common.models.pretrained import load_pretrained
+
+        tokenizer = load_pretrained(AutoTokenizer.from_pretrained, plan.model.path,
+                                    trust_remote_code=plan.model.trust_remote_code)
         cache = str(plan.run_dir / "buffer" / "datasets")
         experiences = load_experiences(data, tokenizer, plan.model.chat_template, cache_dir=cache)
         return cls(experiences, batch_size, total_epochs=data.total_epochs, selector=data.selector, seed=data.seed,

@@ -19,13 +19,16 @@ folder, so a folder that has it is complete.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from trinity.errors import TrinityError
 from trinity.utils.fs import fsync_dir, fsync_tree, write_text_atomic
 
 STATE_FILE = "trainer_state.json"
@@ -34,8 +37,68 @@ _STEP_DIR = re.compile(r"^step-(\d+)$")
 
 
 
-class CheckpointError(RuntimeError):
-    """A checkpoint is missing, incomplete or unreadable."""
+class CheckpointError(TrinityError, RuntimeError):
+    """A checkpoint is missing, incomplete or unreadable (exit status 1)."""
+
+
+class CheckpointWriteError(CheckpointError):
+    """A checkpoint could not be written because the disk is full, read-only or over quota."""
+
+
+#: errno values of a failed write that the user fixes on the filesystem, not in trinity.
+DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EDQUOT})
+#: Bytes :func:`disk_write_problem` writes to find out whether the checkpoint folder still takes data.
+PROBE_BYTES = 1 << 20
+
+
+def error_chain(exc: BaseException) -> Iterator[BaseException]:
+    """Yield ``exc`` and every exception behind it: causes, contexts, a Ray task's cause, DCP's per-rank failures."""
+    pending, seen = [exc], set()
+    while pending:
+        current = pending.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        pending.extend(e for e in (getattr(current, "cause", None), current.__cause__, current.__context__)
+                       if isinstance(e, BaseException))
+        failures = getattr(current, "failures", None)
+        if isinstance(failures, dict):
+            pending.extend(f[0] for f in failures.values()
+                           if isinstance(f, tuple) and f and isinstance(f[0], BaseException))
+
+
+def disk_write_problem(exc: BaseException, folder: Path) -> OSError | None:
+    """Return the full-disk / read-only / quota error behind a failed write into ``folder``, or None.
+
+    The error is looked for in the exception chain; when the chain has none
+    (torch's writers report a short write as a plain RuntimeError), a probe
+    of :data:`PROBE_BYTES` is written into ``folder`` and its error returned.
+    """
+    for error in error_chain(exc):
+        if isinstance(error, OSError) and error.errno in DISK_ERRNOS:
+            return error
+    probe = folder / f".write-probe-{os.getpid()}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(probe, "wb") as handle:
+            handle.write(b"\0" * PROBE_BYTES)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except OSError as error:
+        return error if error.errno in DISK_ERRNOS else None
+    finally:
+        probe.unlink(missing_ok=True)
+    return None
+
+
+def innermost_message(exc: BaseException) -> str:
+    """Return ``Type: first line`` of the deepest exception behind ``exc`` (what actually went wrong)."""
+    last = exc
+    for error in error_chain(exc):
+        last = error
+    text = str(last).strip().splitlines()
+    return f"{type(last).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
 class CheckpointDir:

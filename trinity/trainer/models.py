@@ -51,7 +51,10 @@ def load_causal_lm(path: str, *, trust_remote_code: bool = False) -> nn.Module:
     """Load a Hugging Face causal LM in float32 (the optimizer's master weights) on the CPU."""
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, trust_remote_code=trust_remote_code)
+    from trinity.common.models.pretrained import load_pretrained
+
+    model = load_pretrained(AutoModelForCausalLM.from_pretrained, path, dtype=torch.float32,
+                            trust_remote_code=trust_remote_code)
     model.config.use_cache = False
     return model  # type: ignore[no-any-return]
 
@@ -77,7 +80,10 @@ def load_value_model(path: str, *, trust_remote_code: bool = False) -> ValueMode
     """Return a :class:`ValueModel` with the backbone of the causal LM at ``path`` and a fresh value head."""
     from transformers import AutoModel
 
-    backbone = AutoModel.from_pretrained(path, dtype=torch.float32, trust_remote_code=trust_remote_code)
+    from trinity.common.models.pretrained import load_pretrained
+
+    backbone = load_pretrained(AutoModel.from_pretrained, path, where="model.critic_model_path", dtype=torch.float32,
+                               trust_remote_code=trust_remote_code)
     config = backbone.config
     text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
     return ValueModel(backbone, int(text_config.hidden_size))

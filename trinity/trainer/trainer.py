@@ -48,7 +48,14 @@ from trinity.trainer.batching import (
     shard_indices,
     take_rows,
 )
-from trinity.trainer.checkpoint import CheckpointDir, CheckpointError, resolve_checkpoint
+from trinity.trainer.checkpoint import (
+    CheckpointDir,
+    CheckpointError,
+    CheckpointWriteError,
+    disk_write_problem,
+    innermost_message,
+    resolve_checkpoint,
+)
 from trinity.trainer.fsdp_worker import FSDPWorker
 from trinity.trainer.plan import TrainingPlan
 
@@ -73,7 +80,9 @@ def pad_token_id(model_path: str, trust_remote_code: bool = False) -> int:
     """Return the pad token id of the model's tokenizer (its EOS when it has no pad token)."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust_remote_code)
+    from trinity.common.models.pretrained import load_pretrained
+
+    tokenizer = load_pretrained(AutoTokenizer.from_pretrained, model_path, trust_remote_code=trust_remote_code)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     if pad is None:
         raise ValueError(f"tokenizer of {model_path!r} has neither a pad nor an EOS token")
@@ -303,15 +312,35 @@ class FSDPTrainer:
 
         With ``trainer.save_hf_checkpoint`` ``always`` (or ``last`` and ``final``)
         the checkpoint also gets a Hugging Face export in ``<checkpoint>/huggingface``.
+        Raises :class:`~trinity.trainer.checkpoint.CheckpointWriteError` when the
+        disk is full, read-only or over quota (the previous checkpoint stays the latest).
         """
         if self.kl_controller is not None:
             extra = {**(extra or {}), KL_CONTROLLER: self.kl_controller.state_dict()}
-        paths = self._on_all("save_checkpoint", extra)
+        try:
+            paths = self._on_all("save_checkpoint", extra)
+        except BaseException as exc:  # DCP reports a failed write as a BaseException
+            if not isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                self._raise_write_problem(exc)
+            raise
         assert paths[0] is not None
         mode = self.run.trainer.save_hf
         if mode == "always" or (mode == "last" and final):
             self.export_hf(paths[0])
         return str(paths[0])
+
+    def _raise_write_problem(self, exc: BaseException) -> None:
+        """Raise CheckpointWriteError when a failed save was the disk's fault (full, read-only, over quota)."""
+        problem = disk_write_problem(exc, self.checkpoint_dir)
+        if problem is None:
+            return
+        latest = CheckpointDir(self.checkpoint_dir).latest()
+        kept = f"the latest complete checkpoint is still {latest}" if latest is not None else "no checkpoint was saved"
+        raise CheckpointWriteError(
+            f"cannot save the checkpoint of step {self.step} in {self.checkpoint_dir}: {problem.strerror or problem} "
+            f"({kept}); free space there or point checkpoint_root_dir at a writable folder with room, then rerun "
+            "the same command to resume"
+        ) from exc
 
     def export_hf(self, checkpoint: str | Path | None = None) -> Path | None:
         """Write the Hugging Face model of ``checkpoint`` (default: the latest) to ``<checkpoint>/huggingface``.
@@ -342,9 +371,14 @@ class FSDPTrainer:
             folder = resolve_checkpoint(path)
         try:
             restored = self._on_all("load_checkpoint", str(folder))[0]
-        except Exception as exc:
-            cause = getattr(exc, "cause", None) or exc
-            raise CheckpointError(f"cannot resume from {folder}: {type(cause).__name__}: {cause}") from exc
+        except BaseException as exc:  # DCP reports a failed read as a BaseException
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
+            raise CheckpointError(
+                f"cannot resume from {folder}: {innermost_message(exc)}; the checkpoint is damaged or was written "
+                f"for another model or trainer setup: delete {folder} to resume from the one before it, or set "
+                "continue_from_checkpoint: false to start afresh"
+            ) from exc
         self.step = int(restored["step"])
         extra = restored["extra"] or {}
         if self.kl_controller is not None and KL_CONTROLLER in extra:
