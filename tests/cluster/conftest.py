@@ -6,41 +6,19 @@ backend is selected from the cluster's resources. Real: Ray's scheduling,
 placement groups and the per-actor visible-devices variables Ray writes.
 
 Each fixture shuts Ray and its cluster down and forgets the device selection
-afterwards, so later tests see the CPU backend again.
+afterwards, so later tests see the CPU backend again. The cluster's
+current-cluster record is written into a private Ray temp dir, so no other
+``ray.init()`` on the machine joins it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
-import ray
 from ray.cluster_utils import Cluster
 
-from trinity import device
-
-
-@contextmanager
-def simulated_cluster(head_cpus: float, nodes: list[Mapping[str, Any]]) -> Iterator[Cluster]:
-    """Start a CPU-only head plus one raylet per entry of ``nodes`` (``Cluster.add_node`` keywords), connect to it.
-
-    On exit Ray is shut down, the cluster stopped and the device selection forgotten.
-    """
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("RAY_AUTH_MODE", "disabled")
-        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": head_cpus, "include_dashboard": False})
-        try:
-            for node in nodes:
-                cluster.add_node(**node)
-            cluster.wait_for_nodes()
-            ray.init(address=cluster.address)
-            yield cluster
-        finally:
-            ray.shutdown()
-            cluster.shutdown()
-            device.reset()
+from tests.cluster.simulated import simulated_cluster
 
 
 @pytest.fixture(scope="module")

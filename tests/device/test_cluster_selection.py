@@ -16,22 +16,15 @@ from ray.cluster_utils import Cluster
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from tests.cluster.simulated import simulated_cluster
 from trinity import device
 
 
 @pytest.fixture(scope="module")
 def npu_cluster() -> Iterator[Cluster]:
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    for _ in range(2):
-        cluster.add_node(num_cpus=2, resources={"NPU": 8})
-    cluster.wait_for_nodes()
-    ray.init(address=cluster.address)
-    try:
+    """A CPU-only head and two nodes advertising ``{"NPU": 8}`` (the shared simulated-cluster helper)."""
+    with simulated_cluster(1, [{"num_cpus": 2, "resources": {"NPU": 8}}] * 2) as cluster:
         yield cluster
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
 
 
 @ray.remote

@@ -1,21 +1,27 @@
 """Connecting to Ray: the configured cluster, a running local one, or a fresh local one.
 
-A bare ``ray.init()`` follows ``/tmp/ray/ray_current_cluster`` even after that
-cluster died and then fails; here a recorded cluster is used only when its
-GCS port answers, otherwise a fresh local instance is started.
+A bare ``ray.init()`` follows Ray's current-cluster record
+(``<Ray temp dir>/ray_current_cluster``) even after that cluster died and
+then fails; here a recorded cluster is used only when its GCS port answers,
+otherwise a fresh local instance is started.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from trinity.errors import EXIT_USAGE, TrinityError
 
-CURRENT_CLUSTER_FILE = Path("/tmp/ray/ray_current_cluster")
+
+def current_cluster_file() -> Path:
+    """Return where Ray records the local cluster a bare ``ray.init()`` joins (Ray's temp dir, as Ray finds it)."""
+    base = os.environ.get("RAY_TMPDIR") or (os.environ.get("TMPDIR") if sys.platform.startswith("linux") else None)
+    return Path(base or "/tmp") / "ray" / "ray_current_cluster"
 
 
 class RayConnectionError(TrinityError, RuntimeError):
@@ -48,7 +54,7 @@ def _answers(address: str, timeout_s: float = 1.0) -> bool:
 def running_local_cluster() -> str | None:
     """Return the GCS address of a live local cluster recorded by Ray, or None."""
     try:
-        address = CURRENT_CLUSTER_FILE.read_text(encoding="utf-8").strip()
+        address = current_cluster_file().read_text(encoding="utf-8").strip()
     except OSError:
         return None
     return address if address and _answers(address) else None
