@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
 
@@ -34,16 +35,18 @@ def run_bench(session: Session) -> None:
         steps = steps[-1:]
     if not steps:
         logger.warning("bench: no checkpoint in %s; evaluating the starting model only", checkpoints.root)
-    engines = start_engines(session)
-    scheduler = scheduler_for(session, engines)
-    monitor = monitor_for(session, None)
+    with contextlib.ExitStack() as stack:
+        engines = start_engines(session)
+        stack.callback(engines.shutdown)
+        scheduler = scheduler_for(session, engines)
+        monitor = monitor_for(session, None)
+        stack.callback(monitor.close)
 
-    def evaluate_now(step: int) -> None:
-        metrics = evaluate(plan, scheduler, step)
-        metrics["bench/model_version"] = float(min(call_all(engines.rollout, "model_version")))
-        monitor.log(metrics, step=step, phase=PHASE_EVAL)
+        def evaluate_now(step: int) -> None:
+            metrics = evaluate(plan, scheduler, step)
+            metrics["bench/model_version"] = float(min(call_all(engines.rollout, "model_version")))
+            monitor.log(metrics, step=step, phase=PHASE_EVAL)
 
-    try:
         evaluate_now(0)
         for step in steps:
             try:
@@ -55,9 +58,6 @@ def run_bench(session: Session) -> None:
                 raise
             call_all(engines.rollout, "load_checkpoint_weights", str(folder), step)
             evaluate_now(step)
-    finally:
-        monitor.close()
-        engines.shutdown()
 
 
 def export_for_engines(checkpoint: Path, folder: Path) -> Path:

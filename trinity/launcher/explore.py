@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 from trinity.launcher.session import Session
 from trinity.launcher.steps import (
+    EngineSet,
     call_all,
     explore_metrics,
     monitor_for,
@@ -68,9 +71,6 @@ def run_explore(session: Session) -> None:
     job reading it trains on what is left, then stops.
     """
     from trinity.buffer import TaskScheduler, make_storage
-    from trinity.monitor.keys import PHASE_EXPLORE
-    from trinity.synchronizer.synchronizer import default_sync_path
-    from trinity.utils.fs import write_text_atomic
 
     plan = session.plan
     assert plan.buffer.experience is not None
@@ -81,53 +81,61 @@ def run_explore(session: Session) -> None:
         tasks.load_state_dict(json.loads(state_file.read_text(encoding="utf-8"))["tasks"])
         logger.info("explore resumes after step %d (%s)", tasks.position.step, state_file)
     storage = make_storage(plan.buffer.experience, run_dir=session.run_dir)
-    if tasks.finished:
-        logger.info("explore: all %d steps were explored already (%s); nothing to do", tasks.total_batches,
-                    state_file)
-        try:
-            storage.close()
-        finally:
-            storage.release()
-        return
-    engines = start_engines(session)
-    pipeline = pipeline_for(session, storage, pad_token_id_of(session), recorder_for(session))
-    scheduler = scheduler_for(session, engines)
-    sync_path = default_sync_path(plan)
+    with contextlib.ExitStack() as stack:
+        stack.callback(storage.release)
+        if tasks.finished:
+            logger.info("explore: all %d steps were explored already (%s); nothing to do", tasks.total_batches,
+                        state_file)
+        else:
+            _explore(session, tasks, storage, state_file)
+        storage.close()  # the writers are done: readers drain the buffer, then stop (a failed job leaves it open)
+
+
+def _explore(session: Session, tasks: Any, storage: Any, state_file: Path) -> None:
+    """Start the engines, pipeline and monitor, explore every batch, and tear them down in reverse order."""
+    with contextlib.ExitStack() as stack:
+        stack.callback(write_ray_timeline, session)
+        pad_token_id = pad_token_id_of(session)  # a model folder that cannot load fails before the engines start
+        engines = start_engines(session)
+        stack.callback(engines.shutdown)
+        pipeline = pipeline_for(session, storage, pad_token_id, recorder_for(session))
+        stack.callback(pipeline.close)
+        scheduler = scheduler_for(session, engines)
+        monitor = monitor_for(session, session.plan.buffer.total_steps)
+        stack.callback(monitor.close)
+        _explore_batches(session, tasks, engines=engines, scheduler=scheduler, pipeline=pipeline, monitor=monitor,
+                         state_file=state_file)
+
+
+def _explore_batches(session: Session, tasks: Any, *, engines: EngineSet, scheduler: Any, pipeline: Any,
+                     monitor: Any, state_file: Path) -> None:
+    """Explore batch after batch until the tasks run out, loading newly published weights before each batch."""
+    from trinity.monitor.keys import PHASE_EXPLORE
+    from trinity.synchronizer.synchronizer import default_sync_path
+    from trinity.utils.fs import write_text_atomic
+
+    sync_path = default_sync_path(session.plan)
     loaded = 0  # fresh engines hold model.model_path: version 0
-    monitor = monitor_for(session, plan.buffer.total_steps)
-    finished = False
-    try:
-        while True:
-            step = tasks.position.step
-            batch = tasks.next_batch_with_epochs()
-            if batch is None:
-                break
-            published = published_weights(sync_path)
-            if published is not None and published[1] > loaded:
-                folder, version = published
-                call_all(engines.rollout, "load_checkpoint_weights", str(folder), version)
-                logger.info("explore: engines now hold the published weights of version %d", version)
-                loaded = version
-            result = scheduler.run(training_tasks(session, batch, step))
-            if result.failures:
-                logger.warning("step %d: %d task(s) failed: %s", step + 1, len(result.failures),
-                               result.failures[0].error)
-            # every rollout of the batch is in result: a group the pipeline still holds will never be completed,
-            # so it is released with the batch, and the batch is stored in one atomic write
-            pipeline.write_step(result.experiences)
-            state = {"tasks": tasks.state_dict(), "model_version": loaded}
-            write_text_atomic(state_file, json.dumps(state, indent=2, sort_keys=True) + "\n")
-            metrics = explore_metrics(result, result.experiences)
-            metrics["explore/model_version"] = float(loaded)
-            monitor.log(metrics, step=step + 1, phase=PHASE_EXPLORE)
-        finished = True
-    finally:
-        monitor.close()
-        pipeline.close()
-        engines.shutdown()
-        write_ray_timeline(session)
-        try:
-            if finished:
-                storage.close()  # the writers are done: readers drain the buffer, then stop
-        finally:
-            storage.release()
+    while True:
+        step = tasks.position.step
+        batch = tasks.next_batch_with_epochs()
+        if batch is None:
+            return
+        published = published_weights(sync_path)
+        if published is not None and published[1] > loaded:
+            folder, version = published
+            call_all(engines.rollout, "load_checkpoint_weights", str(folder), version)
+            logger.info("explore: engines now hold the published weights of version %d", version)
+            loaded = version
+        result = scheduler.run(training_tasks(session, batch, step))
+        if result.failures:
+            logger.warning("step %d: %d task(s) failed: %s", step + 1, len(result.failures),
+                           result.failures[0].error)
+        # every rollout of the batch is in result: a group the pipeline still holds will never be completed,
+        # so it is released with the batch, and the batch is stored in one atomic write
+        pipeline.write_step(result.experiences)
+        state = {"tasks": tasks.state_dict(), "model_version": loaded}
+        write_text_atomic(state_file, json.dumps(state, indent=2, sort_keys=True) + "\n")
+        metrics = explore_metrics(result, result.experiences)
+        metrics["explore/model_version"] = float(loaded)
+        monitor.log(metrics, step=step + 1, phase=PHASE_EXPLORE)

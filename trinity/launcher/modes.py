@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 from trinity.common.config.plan.run import RunPlan
@@ -18,10 +19,9 @@ def _modes() -> dict[str, Callable[[Session], None]]:
 
 
 def run_plan(plan: RunPlan) -> int:
-    """Run a resolved plan; return the exit status."""
-    session = open_session(plan)
-    try:
+    """Run a resolved plan; return the exit status. The session is closed (Ray disconnected) however the mode ends."""
+    with contextlib.ExitStack() as stack:
+        session = open_session(plan)
+        stack.callback(session.close)
         _modes()[plan.mode](session)
-    finally:
-        session.close()
     return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
@@ -68,17 +69,16 @@ def open_session(plan: RunPlan) -> Session:
 
         logger.info("building the tiny model at %s", model.path)
         build_tiny_model(model.path, model.tiny)
-    connection = connect(plan.cluster.ray_address, namespace=plan.ray_namespace)
-    try:
+    with contextlib.ExitStack() as undo:
+        connection = connect(plan.cluster.ray_address, namespace=plan.ray_namespace)
+        undo.callback(disconnect, connection)
         resources = ray.cluster_resources()  # type: ignore[no-untyped-call]
         alive = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
         selection = device.select_backend(plan.cluster.device, cluster_resources=resources)
         layout = resolve_layout(plan, selection.backend, resources, alive)
         if layout.engines:
             check_engine_requirements(layout, alive_nodes=len(alive))
-    except BaseException:
-        disconnect(connection)
-        raise
+        undo.pop_all()  # the session owns the connection from here; Session.close disconnects
     plan.run_dir.mkdir(parents=True, exist_ok=True)
     logger.info(
         "device backend %s (%s); %d %s engine(s), %d trainer rank(s), sync %s; run folder %s",

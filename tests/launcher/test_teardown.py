@@ -1,0 +1,92 @@
+"""Each mode tears down what it started, in reverse order, however it ends (an error, Ctrl-C).
+
+The engines, pipeline, monitor and storage are stand-ins that record their
+teardown: the test is about the order of start and stop in the launcher,
+not about what those parts do.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import trinity.buffer
+from tests.plans import make_plan
+from trinity.launcher import bench, explore
+from trinity.launcher.session import Session
+
+TASKS = Path(__file__).resolve().parents[2] / "examples" / "quickstart" / "tasks" / "train.jsonl"
+
+
+class Part:
+    """A started part: each teardown call is appended to the shared ``events``."""
+
+    def __init__(self, name: str, events: list[str]) -> None:
+        self.name, self.events = name, events
+        self.rollout: list[Any] = []
+
+    def __getattr__(self, method: str) -> Any:
+        if method in ("close", "release", "shutdown"):
+            return lambda *args: self.events.append(f"{self.name}.{method}")
+        raise AttributeError(method)
+
+
+def _session(tmp_path: Path, mode: str) -> Session:
+    plan = make_plan({
+        "mode": mode, "checkpoint_root_dir": str(tmp_path),
+        "buffer.explorer_input.taskset.path": str(TASKS),
+        "buffer.trainer_input.experience_buffer": {"name": "experience", "storage_type": "sql"},
+        "buffer.explorer_input.eval_tasksets": [{"name": "eval", "path": str(TASKS),
+                                                 "format": {"prompt_key": "question", "response_key": "answer"}}],
+    })
+    return Session(plan, connection=None, selection=None, layout=None)  # type: ignore[arg-type]
+
+
+def _interrupt(*args: Any) -> Any:
+    raise KeyboardInterrupt
+
+
+def test_explore_stops_what_it_started_when_interrupted_while_starting(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    events: list[str] = []
+    monkeypatch.setattr(trinity.buffer, "make_storage", lambda *a, **k: Part("storage", events))
+    monkeypatch.setattr(explore, "pad_token_id_of", lambda session: 0)
+    monkeypatch.setattr(explore, "start_engines", lambda session: Part("engines", events))
+    monkeypatch.setattr(explore, "recorder_for", lambda session: None)
+    monkeypatch.setattr(explore, "pipeline_for", lambda *a: Part("pipeline", events))
+    monkeypatch.setattr(explore, "write_ray_timeline", lambda session: events.append("timeline"))
+    monkeypatch.setattr(explore, "scheduler_for", _interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        explore.run_explore(_session(tmp_path, "explore"))
+    # the buffer stays open (not closed for writing): a rerun continues it
+    assert events == ["pipeline.close", "engines.shutdown", "timeline", "storage.release"]
+
+
+def test_explore_closes_the_buffer_after_the_pipeline_when_it_finishes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    events: list[str] = []
+    monkeypatch.setattr(trinity.buffer, "make_storage", lambda *a, **k: Part("storage", events))
+    monkeypatch.setattr(explore, "pad_token_id_of", lambda session: 0)
+    monkeypatch.setattr(explore, "start_engines", lambda session: Part("engines", events))
+    monkeypatch.setattr(explore, "recorder_for", lambda session: None)
+    monkeypatch.setattr(explore, "pipeline_for", lambda *a: Part("pipeline", events))
+    monkeypatch.setattr(explore, "write_ray_timeline", lambda session: events.append("timeline"))
+    monkeypatch.setattr(explore, "scheduler_for", lambda *a: None)
+    monkeypatch.setattr(explore, "monitor_for", lambda *a: Part("monitor", events))
+    monkeypatch.setattr(explore, "_explore_batches", lambda *a, **k: events.append("explored"))
+    explore.run_explore(_session(tmp_path, "explore"))
+    assert events == ["explored", "monitor.close", "pipeline.close", "engines.shutdown", "timeline",
+                      "storage.close", "storage.release"]
+
+
+def test_bench_stops_the_engines_when_the_monitor_cannot_start(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    events: list[str] = []
+    monkeypatch.setattr(bench, "start_engines", lambda session: Part("engines", events))
+    monkeypatch.setattr(bench, "scheduler_for", lambda *a: None)
+    monkeypatch.setattr(bench, "monitor_for", _interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        bench.run_bench(_session(tmp_path, "bench"))
+    assert events == ["engines.shutdown"]
