@@ -1,7 +1,7 @@
 """Benchmarks of the device layer, each reported as a ratio measured in the same run.
 
-The machine is noisy, so every figure is set against a baseline taken in the
-same run, interleaved with it:
+Timings on a shared machine are noisy, so every figure is set against a
+baseline taken in the same run, interleaved with it:
 
 a. CLI start-up: wall time of ``trinity backends list`` against
    ``python -c "import torch"`` (subprocesses, median of N each). Target <= 0.3x.

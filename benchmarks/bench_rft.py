@@ -1,7 +1,8 @@
 """Benchmarks of the RFT loop, each reported as a ratio against a baseline measured in the same run.
 
-The machine is small and shared, so no absolute figure is a target: every
-figure is set against a baseline taken in the same run, interleaved with it.
+Absolute timings depend on the machine and its load, so no absolute figure is
+a target: every figure is set against a baseline taken in the same run,
+interleaved with it.
 
 1. Online weight sync. Two Ray actors join one
    :class:`~trinity.synchronizer.weight_sync.WeightSyncGroup` on the CPU
@@ -72,12 +73,12 @@ figure is set against a baseline taken in the same run, interleaved with it.
    pieces (log-probs recorded at sampling, the weight copy into the engine,
    the explorer's threads), and TRL's (the dataloader and Trainer machinery).
 
-Both sides run with ``--threads`` torch threads (default 1: on a shared 2-core
-machine, 2 threads make per-round ratios scatter from 0.5x to 5x).
+Both sides run with ``--threads`` torch threads (default 1: with more threads
+than free cores, per-round ratios scatter widely).
 
 Needs TRL (``pip install -e ".[bench]"``). Run ``.venv/bin/python benchmarks/bench_rft.py``;
-it prints a table and writes JSON to ``benchmarks/results/rft.json`` (``--out`` to change). About 1-2
-minutes with the defaults on a busy 2-core machine.
+it prints a table and writes JSON to ``benchmarks/results/rft.json`` (``--out`` to change). A run with
+the defaults takes a few minutes on two CPU cores.
 """
 
 from __future__ import annotations

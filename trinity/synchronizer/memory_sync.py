@@ -4,8 +4,8 @@ Trainer rank 0 puts its gathered weights once (:func:`put_state_dict`); every
 engine gets the same object reference as the argument of
 ``load_state_dict.remote(ref, version)`` and Ray hands it the dict itself
 (zero-copy reads of the tensors' buffers on the same node). Slower than a
-collective for large models (measured on a 2-core CPU machine: about 0.5 s for
-100 MiB against about 0.07 s with gloo), but it needs no process group at all.
+collective for large models (every tensor is serialised into the object store
+and read back), but it needs no process group at all.
 """
 
 from __future__ import annotations

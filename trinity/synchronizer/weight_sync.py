@@ -21,17 +21,16 @@ group and each engine's tensor-parallel group live beside it undisturbed.
 
 Which process group is built (:func:`new_collective_group`):
 
-* ``gloo``: ``ProcessGroupGloo`` on a ``PrefixStore`` of the group's store,
-  tested here for real; buffers live on the CPU.
+* ``gloo``: ``ProcessGroupGloo`` on a ``PrefixStore`` of the group's store;
+  buffers live on the CPU.
 * any other collective name (the selected device backend's own collective,
   or a vendor's registered c10d plugin): the generic route — torch's own group factory
   (``torch.distributed.distributed_c10d._new_process_group_helper``) called
   as it is for a *default* group (no global ranks, so it never consults a
   default group), with our store, then registered so collectives can map its
   ranks. Buffers live on the selected device (``trinity.device.torch_device()``).
-  That route is exercised here with ``gloo`` as the backend name (CPU only),
-  but **it cannot run with a device collective on this machine**: no
-  accelerator. It depends on a private torch function whose signature has
+  Without an accelerator the route can only be exercised with ``gloo`` as
+  the backend name. It depends on a private torch function whose signature has
   changed across releases (``pg_options`` became ``backend_options``); both
   spellings are handled.
 """

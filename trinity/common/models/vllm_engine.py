@@ -41,8 +41,8 @@ The sync methods (everything in the contract) may be called from many threads
 at once (a Ray actor with ``max_concurrency``); they run vLLM's coroutines on
 one event loop in a background thread.
 
-Validated on CPU with a double of vLLM's documented interfaces
-(``tests/doubles/vllm_site``); not yet run with a real vLLM.
+Where vLLM is not installed, the tests drive this engine through a double of
+vLLM's documented interfaces (``tests/doubles/vllm_site``).
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ the score is graded, so GRPO groups have spread from the first step; a policy
 that writes only the letter scores 1. Measured with the tiny model (hidden
 64, 2 layers), 8 tasks x 16 rollouts, 8 new tokens, AdamW lr 2e-3, plain
 GRPO on ``abcd``: the mean reward climbs from ~0.01 to ~0.6 by step 120 and
-~0.99 by step 165 (~30 s of compute on 2 cores; it must learn to read the
-letter from the prompt). With one letter it takes ~30 steps.
+~0.99 by step 165 (about 21,000 rollouts; it must learn to read the letter
+from the prompt). With one letter it takes ~30 steps.
 
 :func:`write_toy_tasks` writes a deterministic task set (JSONL with
 ``question``/``answer`` keys, the task-set defaults). The quickstart's files

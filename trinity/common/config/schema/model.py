@@ -28,7 +28,7 @@ class TinyModelConfig:
 
 @dataclass
 class TinkerConfig:
-    """Upstream's Tinker service backend (not available here)."""
+    """Upstream's Tinker service backend (accepted in a config; trinity-rft does not implement it)."""
 
     #: Train and sample through the Tinker service.
     enable: bool = refused(False, "the Tinker service is not supported; train locally (remove model.tinker)")
@@ -48,7 +48,7 @@ class TinkerConfig:
 
 @dataclass
 class ExternalModelConfig:
-    """An OpenAI-compatible endpoint evaluated in mode ``bench`` (upstream; not available here yet)."""
+    """An OpenAI-compatible endpoint evaluated in mode ``bench`` (upstream; trinity-rft does not implement it yet)."""
 
     #: Evaluate the external endpoint instead of a local model.
     enable: bool = refused(
