@@ -1,16 +1,12 @@
 #!/usr/bin/env python3
 """Prove trinity's CUDA paths on a machine with an NVIDIA GPU, and print a short report.
 
-**Status: this script has NOT been run on a GPU yet.** No device was available
-when it was written. What was verified, on a CPU-only machine: ``--dry-run``,
-the no-CUDA exit (status 2, one line, before anything is installed), the
-install fallback (a Python without pip), the NVML stand-in's no-driver
-answer, and a smoke run of every check on the CPU backend with
-``--allow-cpu`` (``vllm-engine`` against the repository's vLLM double). That
-proves the plumbing, not CUDA: every line that only runs with a GPU (NCCL
-process groups, tensors on ``cuda:0``, the stand-in talking to a real driver,
-a real vLLM) is unproven. Expect the first GPU run to find problems; the
-details log says where.
+Without a GPU only the plumbing can be exercised (``--dry-run``, the
+no-CUDA exit, the install fallback, the NVML stand-in's no-driver answer, and
+every check on the CPU backend with ``--allow-cpu``); the lines that need a
+GPU (NCCL process groups, tensors on ``cuda:0``, the stand-in talking to a
+real driver, a real vLLM) run only on a CUDA machine. The details log says
+where a check failed.
 
 Normally started by ``scripts/gpu_check.sh``, which installs the repository's
 packages without network and then runs this file. Run directly::

@@ -3,8 +3,6 @@
 #
 #   bash scripts/gpu_check.sh [gpu_check.py options, e.g. --only hf-engine]
 #
-# NOT YET RUN ON A GPU: written on a machine without one (see scripts/gpu_check.py).
-#
 # Steps: find Python (PYTHON, default python3) -> does it have a CUDA torch that sees a GPU? (exit 2 if not,
 # before installing anything) -> pip install --no-index --no-deps --no-build-isolation -e . -e trinity_backend_cuda
 # (no network; needs hatchling; on failure gpu_check.py falls back to PYTHONPATH plus generated entry points)

@@ -10,7 +10,7 @@ Run by ``scripts/gpu_check.py`` (check ``conformance``), which sets
 ``GPU_CHECK_REAL=1``; without it the module is skipped, so a plain ``pytest``
 run on a machine without GPU never fails here. ``GPU_CHECK_BACKEND`` names
 the backend under test (default ``cuda``; ``cpu`` for the script's
-``--allow-cpu`` smoke run). Not yet run on a GPU.
+``--allow-cpu`` smoke run).
 """
 
 from __future__ import annotations
