@@ -6,7 +6,8 @@
 # Steps: find Python (PYTHON, default python3) -> does it have a CUDA torch that sees a GPU? (exit 2 if not,
 # before installing anything) -> pip install --no-index --no-deps --no-build-isolation -e . -e trinity_backend_cuda
 # (no network; needs hatchling; on failure gpu_check.py falls back to PYTHONPATH plus generated entry points)
-# -> scripts/gpu_check.py runs the checks. The report goes to $OUT/gpu_check_report.txt (else ./).
+# -> scripts/gpu_check.py runs the tests of trinity_backend_cuda/gpu_tests, one module per check, and writes
+# their figures to $OUT/gpu_check_report.txt (else ./).
 # Exit: 0 all PASS/SKIP, 1 some FAIL, 2 no CUDA device or no torch.
 set -uo pipefail
 

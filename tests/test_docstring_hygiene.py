@@ -2,7 +2,7 @@
 the machine the code was written on.
 
 Every docstring and comment of the shipped code (``trinity/``, the backends'
-``src/``, the vendor example, ``scripts/``, ``benchmarks/``) is searched for
+``src/``, the CUDA GPU tests, the vendor example, ``scripts/``, ``benchmarks/``) is searched for
 such phrases; a hit names the file, line and phrase.
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SCANNED = ["trinity", "trinity_backend_cuda/src", "trinity_backend_npu/src",
+SCANNED = ["trinity", "trinity_backend_cuda/src", "trinity_backend_cuda/gpu_tests", "trinity_backend_npu/src",
            "examples/backends/trinity-backend-acme/src", "scripts", "benchmarks"]
 
 #: Phrases that point outside the repository or at the machine the code was written on.

@@ -1,9 +1,12 @@
-"""``scripts/gpu_check.sh`` / ``scripts/gpu_check.py`` on this CPU-only machine: syntax, dry run, the no-CUDA exit.
+"""``scripts/gpu_check.sh`` / ``scripts/gpu_check.py`` without a GPU: syntax, dry run, collection, the no-CUDA exit.
 
-The checks themselves need a GPU; what can be shown here is that the script
-lists them without importing torch, that it stops with status 2 and one line
-when there is no CUDA device (before installing anything), and that its
-fallbacks (entry points without an install, the NVML stand-in) behave.
+The GPU tests themselves (``trinity_backend_cuda/gpu_tests``) need a GPU;
+without one, what can be shown is that the driver lists them without
+importing torch, that pytest collects them there (and the normal suite does
+not), that the driver and the tests stop with status 2 and one line when
+there is no CUDA device (before installing anything), that a junit file
+becomes the report's rows, and that the fallbacks (entry points without an
+install, the NVML stand-in) behave.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SHELL = REPO / "scripts" / "gpu_check.sh"
 SCRIPT = REPO / "scripts" / "gpu_check.py"
+GPU_TESTS = REPO / "trinity_backend_cuda" / "gpu_tests"
 CHECK_NAMES = ("backends", "conformance", "fsdp-trainer", "hf-engine", "weight-sync", "vllm-engine")
 
 
@@ -29,11 +33,11 @@ def _has_cuda() -> bool:
     return bool(torch.cuda.is_available())
 
 
-needs_no_cuda = pytest.mark.skipif(_has_cuda(), reason="this machine has a CUDA device: the script would run")
+needs_no_cuda = pytest.mark.skipif(_has_cuda(), reason="a CUDA device is present: the script would run")
 
 
-def _gpu_check() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpu_check_under_test", SCRIPT)
+def _harness() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gpu_check_harness_under_test", GPU_TESTS / "harness.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while it executes
@@ -103,7 +107,7 @@ def test_shell_script_stops_before_installing(tmp_path: Path) -> None:
 
 def test_entry_point_shim_is_found_like_an_install(tmp_path: Path) -> None:
     site = tmp_path / "site"
-    _gpu_check().write_shim(site)
+    _harness().write_shim(site)
     code = (
         "from importlib.metadata import entry_points\n"
         "[ep] = [e for e in entry_points(group='trinity.backends') if e.name == 'cuda' and "
@@ -120,8 +124,8 @@ def test_nvml_standin_reports_a_missing_driver_as_nvml_does(tmp_path: Path) -> N
     import ctypes.util
 
     if ctypes.util.find_library("nvidia-ml"):
-        pytest.skip("this machine has an NVIDIA driver")
-    folder = _gpu_check().write_nvml_standin(tmp_path / "standin")
+        pytest.skip("an NVIDIA driver is installed")
+    folder = _harness().write_nvml_standin(tmp_path / "standin")
     code = (
         "import pynvml\n"
         f"assert pynvml.__file__.startswith({str(folder)!r})\n"
@@ -136,3 +140,57 @@ def test_nvml_standin_reports_a_missing_driver_as_nvml_does(tmp_path: Path) -> N
                           env={**os.environ, "PYTHONPATH": pythonpath}, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("12 no NVIDIA driver found"), done.stdout
+
+
+def test_the_gpu_tests_are_collected_by_the_driver_only(tmp_path: Path) -> None:
+    import tomllib
+
+    testpaths = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["testpaths"]
+    assert not any(GPU_TESTS.is_relative_to(REPO / path) for path in testpaths), "the normal suite would collect them"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "--rootdir", str(GPU_TESTS),
+         "-o", "addopts=", str(GPU_TESTS)],
+        capture_output=True, text=True, timeout=120, cwd=REPO, env=_env(tmp_path, GPU_CHECK_DEVICE="cpu"), check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    ids = {line.split("::", 1)[1] for line in done.stdout.splitlines() if "::" in line}
+    for test in ("test_backends", "test_doctor", "test_fsdp_trainer", "test_hf_engine", "test_weight_sync[gloo]",
+                 "test_weight_sync[nccl]", "test_vllm_engine",
+                 "TestRealBackendConformance::test_probe_agrees_with_torch"):
+        assert test in ids, sorted(ids)
+
+
+@needs_no_cuda
+def test_the_gpu_tests_refuse_without_cuda_in_one_line(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(GPU_TESTS), "-o", "addopts=",
+         str(GPU_TESTS / "test_hf_engine.py")],
+        capture_output=True, text=True, timeout=120, cwd=REPO, env=_env(tmp_path), check=False,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "no CUDA device: torch " in done.stdout + done.stderr and "passed" not in done.stdout
+
+
+JUNIT = """<testsuites><testsuite name="pytest" tests="5">
+<testcase classname="test_weight_sync" name="test_weight_sync[gloo]" time="3.5">
+  <properties><property name="detail" value="100 MiB, checksums equal: 900 MB/s"/></properties></testcase>
+<testcase classname="test_weight_sync" name="test_weight_sync[nccl]" time="0.0">
+  <skipped message="one GPU: NCCL needs one device per rank"/></testcase>
+<testcase classname="test_hf_engine" name="test_hf_engine" time="2.0">
+  <failure message="AssertionError: model on cpu, expected cuda:0">trace</failure></testcase>
+<testcase classname="test_conformance.TestRealBackendConformance" name="test_info" time="0.1"/>
+<testcase classname="test_conformance.TestRealBackendConformance" name="test_probe" time="0.1">
+  <error message="RuntimeError: no driver">trace</error></testcase>
+</testsuite></testsuites>"""
+
+
+def test_a_junit_file_becomes_the_report_rows(tmp_path: Path) -> None:
+    junit = tmp_path / "junit.xml"
+    junit.write_text(JUNIT, encoding="utf-8")
+    lines = [row.line() for row in _harness().rows_of("checks", junit)]
+    assert lines == [
+        "PASS weight-sync-gloo: 100 MiB, checksums equal: 900 MB/s (3.5 s)",
+        "SKIP weight-sync-nccl: one GPU: NCCL needs one device per rank",
+        "FAIL hf-engine: AssertionError: model on cpu, expected cuda:0 (2.0 s)",
+        "FAIL checks: 1 passed, 1 failed, 0 skipped of 2; test_probe: RuntimeError: no driver",
+    ]

@@ -1,36 +1,29 @@
-"""The CUDA backend against the core's conformance kit on the real machine: no test doubles.
+"""The CUDA backend against the core's conformance kit on the real device: no test doubles.
 
 ``trinity_backend_cuda/tests/test_cuda_conformance.py`` runs the same kit with
 NVML and ``torch.cuda`` replaced by doubles (its ``device_runtime`` fixture
 installs them). Here ``device_runtime`` keeps the kit's default, the real
 machine, so every check talks to the driver and the GPU. A few checks the
-doubles cannot make are added (probe against torch, real allocations).
-
-Run by ``scripts/gpu_check.py`` (check ``conformance``), which sets
-``GPU_CHECK_REAL=1``; without it the module is skipped, so a plain ``pytest``
-run on a machine without GPU never fails here. ``GPU_CHECK_BACKEND`` names
-the backend under test (default ``cuda``; ``cpu`` for the script's
-``--allow-cpu`` smoke run).
+doubles cannot make are added (probe against torch, real allocations); on the
+driver's CPU smoke run (``GPU_CHECK_DEVICE=cpu``) the kit runs against the
+CPU backend and those device-only checks are skipped.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import ClassVar
 
 import pytest
+from gpu_support import EXPECTED_DEVICE
 
 from trinity.device import facade
 from trinity.device.backend import Backend
 from trinity.device.selection import DEVICE_ENV, RESOLVED_ENV
 from trinity.device.testing import BackendConformance
 
-if os.environ.get("GPU_CHECK_REAL") != "1":
-    pytest.skip("run by scripts/gpu_check.py on a CUDA machine (GPU_CHECK_REAL=1)", allow_module_level=True)
-
-BACKEND = os.environ.get("GPU_CHECK_BACKEND", "cuda")
-needs_device = pytest.mark.skipif(BACKEND == "cpu", reason="needs an accelerator")
+BACKEND = EXPECTED_DEVICE
+needs_device = pytest.mark.skipif(BACKEND == "cpu", reason="needs an accelerator (CPU smoke run)")
 
 
 class TestRealBackendConformance(BackendConformance):
