@@ -62,6 +62,12 @@ def test_the_cli_maps_any_trinity_error_once_with_its_exit_code(
     assert cli_main.main(["backends", "list"]) == 7
     assert capsys.readouterr().err == "trinity: error: the thing at /x is wrong; fix it\n"
 
+    monkeypatch.setenv("TRINITY_DEBUG", "1")  # the traceback comes first, the one line stays last
+    assert cli_main.main(["backends", "list"]) == 7
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback (most recent call last):") and "in failing" in err
+    assert err.endswith("\ntrinity: error: the thing at /x is wrong; fix it\n")
+
 
 @pytest.mark.parametrize(
     ("name", "fragment"),

@@ -78,8 +78,8 @@ def open_session(plan: RunPlan) -> Session:
         layout = resolve_layout(plan, selection.backend, resources, alive)
         if layout.engines:
             check_engine_requirements(layout, alive_nodes=len(alive))
+        plan.run_dir.mkdir(parents=True, exist_ok=True)
         undo.pop_all()  # the session owns the connection from here; Session.close disconnects
-    plan.run_dir.mkdir(parents=True, exist_ok=True)
     logger.info(
         "device backend %s (%s); %d %s engine(s), %d trainer rank(s), sync %s; run folder %s",
         selection.name, selection.reason, layout.engines, layout.engine_type, layout.trainers, layout.sync_method,
