@@ -14,8 +14,11 @@
   each test.
 * "torch is a CUDA build" is pretended by replacing the seam
   ``trinity_backend_cuda.torchbuild.read_torch_build``.
+* The driver's device files (``nvidiactl``, ``nvidia<N>``) are empty files in
+  a folder of the test's own, which ``trinity_backend_cuda.driver.DEVICE_DIR``
+  is pointed at: the probe only lists that folder, as it lists ``/dev``.
 
-:func:`install` puts all three in place; ``conftest.py`` exposes it as the
+:func:`install` puts all four in place; ``conftest.py`` exposes it as the
 ``cuda_doubles`` fixture.
 """
 
@@ -26,12 +29,13 @@ import sys
 import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 import torch
 
-from trinity_backend_cuda import torchbuild
+from trinity_backend_cuda import driver, torchbuild
 
 GIB = 1 << 30
 
@@ -410,9 +414,16 @@ def install(
     torch_build: torchbuild.TorchBuild | None = CUDA_TORCH,
     driver_version: str = "570.124.06",
     cuda_driver_version: int = 12080,
+    device_dir: Path | None = None,
 ) -> CudaDoubles:
-    """Install the NVML and torch.cuda doubles and the CUDA-build seam; pytest undoes it after the test."""
+    """Install the NVML and torch.cuda doubles and the CUDA-build seam; pytest undoes it after the test.
+
+    With ``device_dir`` the driver's device files are created there (one
+    ``nvidia<N>`` per GPU) and the probe is pointed at it.
+    """
     devices = make_gpus(gpus) if isinstance(gpus, int) else list(gpus)
+    if device_dir is not None:
+        pretend_device_files(monkeypatch, device_dir, len(devices))
     nvml = FakeNvml(
         gpus=devices, driver_version=driver_version, cuda_driver_version=cuda_driver_version,
         fail=dict(nvml_fail or {}),
@@ -429,3 +440,12 @@ def pretend_torch_build(monkeypatch: pytest.MonkeyPatch, build: torchbuild.Torch
     """Replace the seam that reads ``torch/version.py`` so it reports ``build`` (None: torch not installed)."""
     reader: Callable[[], torchbuild.TorchBuild | None] = lambda: build  # noqa: E731
     monkeypatch.setattr(torchbuild, "read_torch_build", reader)
+
+
+def pretend_device_files(monkeypatch: pytest.MonkeyPatch, folder: Path, gpus: int) -> Path:
+    """Create the device files a loaded NVIDIA driver has for ``gpus`` GPUs in ``folder``; point the probe there."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("nvidiactl", "nvidia-uvm", *(f"nvidia{i}" for i in range(gpus))):
+        (folder / name).touch()
+    monkeypatch.setattr(driver, "DEVICE_DIR", folder)
+    return folder

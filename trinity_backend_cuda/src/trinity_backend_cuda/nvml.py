@@ -28,15 +28,19 @@ NVML_ERROR_OPERATING_SYSTEM = 17
 NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
 NVML_ERROR_INSUFFICIENT_RESOURCES = 23
 
+#: What to do when there is no NVIDIA driver at all.
+INSTALL_DRIVER_FIX = (
+    "install the NVIDIA driver (`nvidia-smi` must work); in a container, start it with GPU access "
+    "(`--gpus all` and the NVIDIA container toolkit); to run without a GPU choose another backend, "
+    "e.g. TRINITY_DEVICE=cpu"
+)
 _RESET_FIX = "check `nvidia-smi` and `dmesg`; reset the GPU (`nvidia-smi -r`) or reboot the machine"
 
 #: What each NVML error means for a user, and what to do: code -> (reason, fix).
 _EXPLANATIONS: dict[int, tuple[str, str]] = {
     NVML_ERROR_LIBRARY_NOT_FOUND: (
         "no NVIDIA driver found: the NVML library libnvidia-ml.so.1 cannot be loaded",
-        "install the NVIDIA driver (`nvidia-smi` must work); in a container, start it with GPU access "
-        "(`--gpus all` and the NVIDIA container toolkit); to run without a GPU choose another backend, "
-        "e.g. TRINITY_DEVICE=cpu",
+        INSTALL_DRIVER_FIX,
     ),
     NVML_ERROR_DRIVER_NOT_LOADED: (
         "the NVIDIA driver is installed but its kernel module is not loaded",
