@@ -26,7 +26,8 @@ class BackendRow(TypedDict):
 
     #: Backend name (the entry point's name).
     name: str
-    #: Distribution providing it (``trinity-backend-npu``); several, comma-separated, on a name clash.
+    #: Distribution providing it (``trinity-backend-npu``); on a name clash each clashing one with
+    #: its version, comma-separated (``version`` is then null).
     distribution: str
     #: That distribution's version; null when unknown.
     version: str | None
