@@ -41,7 +41,7 @@ def test_json_has_every_field_and_one_selected_row(trinity: Runner, site: Path) 
     result = trinity("backends", "list", "--json")
     assert result.returncode == 0, result.stderr
     document = result.json()
-    assert set(document) == {"selected", "selection_error", "backends"}
+    assert set(document) == {"cluster", "selected", "selection_error", "backends"} and document["cluster"] is None
     assert document["selection_error"] is None
     assert set(document["selected"]) == {"name", "source", "reason"} and document["selected"]["source"] == "auto"
     rows = result.rows()

@@ -41,6 +41,11 @@ def _answers(address: str, timeout_s: float = 1.0) -> bool:
         return False
 
 
+def reachable(address: str, timeout_s: float = 1.0) -> bool:
+    """Return True when something accepts a TCP connection at ``address`` (``host:port``) within ``timeout_s``."""
+    return _answers(address, timeout_s)
+
+
 def running_local_cluster() -> str | None:
     """Return the GCS address of a live local cluster recorded by Ray, or None."""
     try:
