@@ -69,9 +69,7 @@ def _buffer_device(device_type: str) -> torch.device:
 class WeightSyncGroup:
     """A process group of trainer rank 0 (rank 0) and the rollout engines (ranks 1..world-1)."""
 
-    def __init__(
-        self, pg: Any, store: Any, info: WeightSyncGroupInfo, rank: int, *, device: torch.device
-    ) -> None:
+    def __init__(self, pg: Any, store: Any, info: WeightSyncGroupInfo, rank: int, *, device: torch.device) -> None:
         self._pg = pg
         self._store = store
         self.info = info
@@ -119,7 +117,7 @@ class WeightSyncGroup:
                 info.backend, PrefixStore(f"{info.group_name}/{info.backend}", store), rank=rank,
                 world_size=info.world_size, timeout=timeout, group_name=info.group_name,
             )
-        except trinity.device.CollectiveGroupError as exc:
+        except trinity.device.DeviceError as exc:  # no route, or the backend's runtime is missing: its own words
             raise WeightSyncError(f"weight-sync group {info.group_name!r}: {exc}") from exc
         except Exception as exc:
             raise WeightSyncError(
