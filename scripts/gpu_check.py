@@ -32,9 +32,9 @@ or hang does not stop the rest):
 4. ``hf-engine``: ``HFEngine`` on the GPU: a batch of 16 prompts, tokens/s,
    model device, finite log-probs.
 5. ``weight-sync``: a ``WeightSyncGroup`` round trip of 100 MiB between two
-   processes (CUDA tensors in and out, gloo through the generic route; NCCL
-   only with two GPUs or more, as NCCL needs one device per rank); checksums
-   compared, MB/s.
+   processes (CUDA tensors in and out, over gloo and, with two GPUs or more,
+   over NCCL: NCCL needs one device per rank), each group built by the CUDA
+   backend's ``trinity_stateless_process_group``; checksums compared, MB/s.
 6. ``vllm-engine``: ``trinity.common.models.vllm_engine.VLLMEngine`` generates a
    batch, when vllm and that module exist (SKIP otherwise).
 
@@ -516,8 +516,7 @@ def sync_peer(args: argparse.Namespace) -> int:
 
     import trinity.device
     from trinity.common.models.checksum import state_dict_checksum
-    from trinity.common.models.engine import TensorMeta, WeightSyncGroupInfo
-    from trinity.synchronizer.weight_sync import WeightSyncGroup
+    from trinity.weight_transport import TensorMeta, WeightSyncGroup, WeightSyncGroupInfo
 
     out: dict[str, Any] = {"rank": args.rank}
     try:
@@ -526,7 +525,7 @@ def sync_peer(args: argparse.Namespace) -> int:
         device = trinity.device.torch_device()
         info = WeightSyncGroupInfo("127.0.0.1", args.port, 2, 1, f"gpu-check-{args.backend}", args.backend, 120.0)
         started = time.monotonic()
-        group = WeightSyncGroup._build(info, args.rank, generic=args.generic)
+        group = WeightSyncGroup.create(info) if args.rank == 0 else WeightSyncGroup.join(info, args.rank)
         out["join_s"] = time.monotonic() - started
         out["group_device"] = str(group.device)
         specs = _sync_specs(args.mib)
@@ -563,7 +562,7 @@ def sync_peer(args: argparse.Namespace) -> int:
     return 0 if out["ok"] else 1
 
 
-def _round_trip(ctx: Context, backend: str, generic: bool, device_indices: tuple[int, int]) -> Row:
+def _round_trip(ctx: Context, backend: str, device_indices: tuple[int, int]) -> Row:
     """Run the two sync peers for ``backend`` and return the row comparing what they sent and received."""
     name = f"weight-sync-{backend}"
     port = _free_port()
@@ -575,7 +574,7 @@ def _round_trip(ctx: Context, backend: str, generic: bool, device_indices: tuple
         results[rank].unlink(missing_ok=True)
         command = [sys.executable, str(SCRIPT), "--sync-peer", "--rank", str(rank), "--port", str(port),
                    "--backend", backend, "--device-index", str(device_indices[rank]), "--mib", str(SYNC_MIB),
-                   "--result", str(results[rank])] + (["--generic"] if generic else [])
+                   "--result", str(results[rank])]
         with logs[rank].open("w") as log:
             processes.append(subprocess.Popen(command, cwd=REPO, env=ctx.env, stdout=log, stderr=subprocess.STDOUT))
     deadline = time.monotonic() + 150
@@ -610,9 +609,8 @@ def _round_trip(ctx: Context, backend: str, generic: bool, device_indices: tuple
             problems.append(f"{side} tensors on {peer['devices']}, expected {wanted}")
     warm = max(received["rounds_s"][1], 1e-9)
     mb = received["bytes"] / 1e6
-    route = "generic route" if generic else "direct"
     detail = (f"{received['bytes'] / 2**20:.0f} MiB, {received['tensors']} tensors "
-              f"({'+'.join(received['dtypes'])}), {','.join(sent['devices'])} -> {backend} ({route}, buffers on "
+              f"({'+'.join(received['dtypes'])}), {','.join(sent['devices'])} -> {backend} (buffers on "
               f"{sent['group_device']}) -> {','.join(received['devices'])}, checksums "
               f"{'equal' if sent['checksum'] == received['checksum'] else 'DIFFER'}: {mb / warm:.0f} MB/s "
               f"({warm:.3f} s warm; first round {received['rounds_s'][0]:.3f} s, join {received['join_s']:.2f} s)")
@@ -632,11 +630,11 @@ def _device_count(ctx: Context) -> int:
 
 def check_weight_sync(ctx: Context) -> list[Row]:
     """WeightSyncGroup round trip of 100 MiB between two processes: checksums equal, MB/s (nccl needs 2 GPUs)."""
-    rows = [_round_trip(ctx, "gloo", generic=True, device_indices=(0, 0))]
+    rows = [_round_trip(ctx, "gloo", device_indices=(0, 0))]
     if ctx.expected_device == "cpu":
         rows.append(Row("SKIP", "weight-sync-nccl", "not a CUDA run (--allow-cpu)"))
     elif _device_count(ctx) >= 2:
-        rows.append(_round_trip(ctx, "nccl", generic=True, device_indices=(0, 1)))
+        rows.append(_round_trip(ctx, "nccl", device_indices=(0, 1)))
     else:
         rows.append(Row("SKIP", "weight-sync-nccl", "one GPU: NCCL needs one device per rank"))
     return rows
@@ -1236,7 +1234,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--backend", default="gloo", help=argparse.SUPPRESS)
-    parser.add_argument("--generic", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--device-index", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--mib", type=int, default=SYNC_MIB, help=argparse.SUPPRESS)
     return parser.parse_args(argv)

@@ -9,6 +9,7 @@ entry-point group. Importing this package does not import torch.
 from trinity.device.errors import (
     BackendLoadError,
     BackendUnavailableError,
+    CollectiveGroupError,
     ConflictingChoiceError,
     DeviceError,
     InvalidDeviceRequestError,
@@ -39,6 +40,7 @@ from trinity.device.facade import (
     reset,
     select_backend,
     set_device,
+    stateless_process_group,
     supports_torch_compile,
     synchronize,
     torch_compile_support,
@@ -47,7 +49,7 @@ from trinity.device.facade import (
     worker_env,
 )
 from trinity.device.spec import ENTRY_POINT_GROUP, SPEC_VERSION, hookimpl
-from trinity.device.types import BackendInfo, CompileSupport, DoctorCheck, MemoryStats, ProbeResult
+from trinity.device.types import BackendInfo, CollectiveGroup, CompileSupport, DoctorCheck, MemoryStats, ProbeResult
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -55,6 +57,8 @@ __all__ = [
     "BackendInfo",
     "BackendLoadError",
     "BackendUnavailableError",
+    "CollectiveGroup",
+    "CollectiveGroupError",
     "CompileSupport",
     "ConflictingChoiceError",
     "DeviceError",
@@ -88,6 +92,7 @@ __all__ = [
     "reset",
     "select_backend",
     "set_device",
+    "stateless_process_group",
     "supports_torch_compile",
     "synchronize",
     "torch_compile_support",

@@ -8,6 +8,7 @@ backend's or the default) and stores it as an attribute. Calling
 
 from __future__ import annotations
 
+import datetime
 import queue
 import threading
 import time
@@ -19,7 +20,7 @@ import pluggy
 
 from trinity.device import spec
 from trinity.device.defaults import DefaultHooks
-from trinity.device.types import BackendInfo, CompileSupport, DoctorCheck, MemoryStats, ProbeResult
+from trinity.device.types import BackendInfo, CollectiveGroup, CompileSupport, DoctorCheck, MemoryStats, ProbeResult
 
 _T = TypeVar("_T")
 
@@ -197,6 +198,19 @@ class Backend:
     def worker_env(self, self_managed_devices: bool = False) -> dict[str, str]:
         """Return the environment a Ray worker of this backend must be started with."""
         return cast(dict[str, str], self._expect("trinity_worker_env", dict, self_managed_devices))
+
+    def stateless_process_group(
+        self, collective: str, store: Any, *, rank: int, world_size: int, timeout: datetime.timedelta, group_name: str
+    ) -> CollectiveGroup:
+        """Return a ``collective`` group over ``store`` that needs no default process group (a rendezvous).
+
+        Raises :class:`~trinity.device.errors.CollectiveGroupError` when the
+        backend has no route for ``collective``, and whatever the collective
+        raises when the members do not meet within ``timeout``.
+        """
+        return self._expect(
+            "trinity_stateless_process_group", CollectiveGroup, collective, store, rank, world_size, timeout, group_name
+        )
 
     def doctor(self) -> list[DoctorCheck]:
         """Run the backend's checks, then the core's; a raising or malformed check becomes a ``fail``."""

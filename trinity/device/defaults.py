@@ -9,14 +9,17 @@ torch is imported on first use, never at load time.
 
 from __future__ import annotations
 
+import datetime
 import importlib
 import importlib.util
 import os
 from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
+from typing import Any
 
+from trinity.device.collectives import default_stateless_group
 from trinity.device.spec import hookimpl
-from trinity.device.types import BackendInfo, CompileSupport, DoctorCheck, MemoryStats
+from trinity.device.types import BackendInfo, CollectiveGroup, CompileSupport, DoctorCheck, MemoryStats
 
 
 def forwarded_env(
@@ -127,6 +130,15 @@ class DefaultHooks:
     @hookimpl(trylast=True)
     def trinity_doctor(self) -> list[DoctorCheck]:
         return [torch_install_check()]
+
+    @hookimpl(trylast=True)
+    def trinity_stateless_process_group(  # noqa: PLR0917 - pluggy passes arguments by name
+        self, collective: str, store: Any, rank: int, world_size: int, timeout: datetime.timedelta, group_name: str
+    ) -> CollectiveGroup:
+        return default_stateless_group(
+            collective, store, rank, world_size, timeout,
+            group_name=group_name, device_type=self._info.device_type, backend_name=self._info.name,
+        )
 
 
 def torch_install_check() -> DoctorCheck:

@@ -29,3 +29,7 @@ class ConflictingChoiceError(DeviceError):
 
 class InvalidDeviceRequestError(DeviceError):
     """A device request is malformed (e.g. a negative local rank, a bad timeout)."""
+
+
+class CollectiveGroupError(DeviceError):
+    """A stateless process group (``trinity_stateless_process_group``) cannot be built for a collective."""

@@ -8,6 +8,7 @@ Nothing here imports torch until a question needs it.
 
 from __future__ import annotations
 
+import datetime
 import logging
 import sys
 import threading
@@ -19,7 +20,7 @@ from trinity.device import selection as _selection
 from trinity.device.backend import Backend
 from trinity.device.errors import InvalidDeviceRequestError
 from trinity.device.loader import BackendRecord, discover
-from trinity.device.types import CompileSupport, DoctorCheck, MemoryStats
+from trinity.device.types import CollectiveGroup, CompileSupport, DoctorCheck, MemoryStats
 
 logger = logging.getLogger("trinity.device")
 
@@ -249,6 +250,20 @@ def ray_assigned_devices_env() -> dict[str, str]:
 def worker_env(self_managed_devices: bool = False) -> dict[str, str]:
     """Return the environment every Ray worker must get: the decision and the backend's needs."""
     return _selection.worker_environment(current_selection(), self_managed_devices)
+
+
+def stateless_process_group(
+    collective: str, store: Any, *, rank: int, world_size: int, timeout: datetime.timedelta, group_name: str
+) -> CollectiveGroup:
+    """Return a ``collective`` group over ``store`` built by the selected backend, with no default process group.
+
+    Every member calls this concurrently (it is a rendezvous). Raises
+    :class:`~trinity.device.errors.CollectiveGroupError` when the backend has
+    no route for ``collective``.
+    """
+    return current_backend().stateless_process_group(
+        collective, store, rank=rank, world_size=world_size, timeout=timeout, group_name=group_name
+    )
 
 
 def doctor(name: str | None = None) -> list[DoctorCheck]:

@@ -7,7 +7,7 @@ own objects. All are immutable so a cached answer cannot be changed by a caller.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 
 @dataclass(frozen=True)
@@ -94,3 +94,17 @@ class DoctorCheck:
     fix: str = ""
     #: Extra structured facts (versions, paths) for ``--json`` output.
     facts: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CollectiveGroup:
+    """A process group built without a default process group (``trinity_stateless_process_group``)."""
+
+    #: The c10d process-group object. ``process_group.broadcast(tensor, root)`` returns a work
+    #: handle whose ``wait()`` blocks until the tensor is in place; ``shutdown()``, when present,
+    #: releases the group.
+    process_group: Any
+    #: Device type the group's tensors must live on (``"cpu"`` for gloo, the backend's otherwise).
+    device_type: str
+    #: The collective the group runs (``"gloo"``, ``"nccl"``, ``"hccl"``).
+    collective: str

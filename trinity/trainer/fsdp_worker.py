@@ -39,7 +39,6 @@ from trinity.algorithm import (
 from trinity.common.config.plan.run import RunPlan
 from trinity.common.config.plan.trainer import OptimizerPlan
 from trinity.common.models.checksum import state_dict_checksum
-from trinity.common.models.engine import TensorMeta, WeightSyncGroupInfo
 from trinity.trainer.batching import Rows, count_units, row_count, slice_rows
 from trinity.trainer.checkpoint import CheckpointDir, read_state
 from trinity.trainer.models import (
@@ -51,6 +50,7 @@ from trinity.trainer.models import (
     torch_dtype,
 )
 from trinity.trainer.plan import TrainingPlan
+from trinity.weight_transport.protocol import TensorMeta, WeightSyncGroupInfo
 
 logger = logging.getLogger(__name__)
 
@@ -137,7 +137,7 @@ class FSDPWorker:
 
     def node_address(self) -> tuple[str, int]:
         """Return ``(address, free port)`` on this rank's node (rank 0 hosts rendezvous stores)."""
-        from trinity.synchronizer.weight_sync import find_free_port, node_ip_address
+        from trinity.weight_transport.addresses import find_free_port, node_ip_address
 
         return node_ip_address(), find_free_port()
 
@@ -543,7 +543,7 @@ class FSDPWorker:
 
     def init_weight_sync(self, info: WeightSyncGroupInfo) -> None:
         """Rank 0: host the weight-sync group as its rank 0 (blocks until the engines join). Others: no-op."""
-        from trinity.synchronizer.weight_sync import WeightSyncGroup
+        from trinity.weight_transport.group import WeightSyncGroup
 
         if self.rank != 0:
             return
@@ -553,7 +553,7 @@ class FSDPWorker:
 
     def gather_weights(self) -> list[TensorMeta] | None:
         """Gather the full weights for a sync (collective); rank 0 keeps them and returns their metas."""
-        from trinity.synchronizer.weight_sync import state_dict_metas
+        from trinity.weight_transport.buckets import state_dict_metas
 
         state = self.full_state_dict()
         if self.rank != 0:
@@ -563,7 +563,7 @@ class FSDPWorker:
 
     def broadcast_weights(self, bucket_bytes: int) -> int:
         """Rank 0: broadcast the gathered weights to the engines; return the bytes sent."""
-        from trinity.synchronizer.weight_sync import state_dict_bytes
+        from trinity.weight_transport.buckets import state_dict_bytes
 
         state = self._take_sync_state()
         if self._weight_sync is None:
@@ -574,7 +574,7 @@ class FSDPWorker:
     def save_sync_weights(self, folder: str, version: int) -> int:
         """Rank 0: write the gathered weights for the checkpoint sync method; return the bytes written."""
         from trinity.synchronizer.checkpoint_sync import save_weights
-        from trinity.synchronizer.weight_sync import state_dict_bytes
+        from trinity.weight_transport.buckets import state_dict_bytes
 
         state = self._take_sync_state()
         save_weights(state, folder, version)

@@ -17,13 +17,17 @@
 * The driver's device files (``nvidiactl``, ``nvidia<N>``) are empty files in
   a folder of the test's own, which ``trinity_backend_cuda.driver.DEVICE_DIR``
   is pointed at: the probe only lists that folder, as it lists ``/dev``.
+* :class:`FakeProcessGroupNCCL` is a double of ``torch.distributed.ProcessGroupNCCL``
+  (constructor, ``Options``, lazy connection, ``broadcast``), installed as
+  ``torch.distributed.ProcessGroupNCCL`` with ``is_nccl_available()`` true.
 
-:func:`install` puts all four in place; ``conftest.py`` exposes it as the
+:func:`install` puts them all in place; ``conftest.py`` exposes it as the
 ``cuda_doubles`` fixture.
 """
 
 from __future__ import annotations
 
+import datetime
 import string
 import sys
 import types
@@ -391,6 +395,101 @@ class FakeCuda:
         self.seeds.append(int(seed))
 
 
+# --- the ProcessGroupNCCL double --------------------------------------------------------------
+
+#: torch's default timeout of an NCCL group (``torch.distributed.constants.default_pg_nccl_timeout``).
+NCCL_DEFAULT_TIMEOUT = datetime.timedelta(minutes=10)
+
+
+class FakeNcclOptions:
+    """Double of ``torch.distributed.ProcessGroupNCCL.Options``: the attributes torch's own group factory sets."""
+
+    def __init__(self, is_high_priority_stream: bool = False) -> None:
+        self.is_high_priority_stream = is_high_priority_stream
+        #: Set through this attribute by torch itself (``Backend.Options._timeout``).
+        self._timeout = NCCL_DEFAULT_TIMEOUT
+        self.global_ranks_in_group: list[int] = []
+        self.group_name = ""
+        self.split_from: Any = None
+        self.split_color = 0
+        self.backend = "nccl"
+
+
+class FakeProcessGroupNCCL:
+    """Double of ``torch.distributed.ProcessGroupNCCL`` (the c10d backend class), constructor and collectives.
+
+    Built like the real class, ``ProcessGroupNCCL(store, rank, size, options)``,
+    with a :class:`FakeNcclOptions` (anything else is a ``TypeError``, as
+    pybind11 raises it). Like NCCL, construction does not contact the other
+    members: the communicator is connected by ``eager_connect_single_device``
+    or on the first collective, and that is the rendezvous. The double then
+    runs its collectives through a real ``ProcessGroupGloo`` on the same store,
+    so ranks really exchange data; unlike NCCL it moves **CPU** tensors (there
+    are no CUDA tensors without a GPU).
+    """
+
+    Options = FakeNcclOptions
+    #: Every group constructed since the doubles were installed, in order.
+    created: ClassVar[list[FakeProcessGroupNCCL]] = []
+
+    def __init__(self, store: Any, rank: int, size: int, options: FakeNcclOptions | None = None) -> None:
+        options = FakeNcclOptions() if options is None else options
+        if not isinstance(options, FakeNcclOptions):
+            raise TypeError(
+                "__init__(): incompatible constructor arguments; expected options of type "
+                f"torch._C._distributed_c10d.ProcessGroupNCCL.Options, got {type(options).__name__}"
+            )
+        if not isinstance(options._timeout, datetime.timedelta):
+            raise TypeError(f"options._timeout must be a datetime.timedelta, got {options._timeout!r}")
+        self._store = store
+        self._rank = int(rank)
+        self._size = int(size)
+        self.options = options
+        self.supports_splitting = True
+        #: Devices passed to ``eager_connect_single_device``.
+        self.eager_devices: list[torch.device] = []
+        self.shut_down = False
+        self._gloo: Any = None
+        type(self).created.append(self)
+
+    def rank(self) -> int:
+        """This member's rank."""
+        return self._rank
+
+    def size(self) -> int:
+        """The group's size."""
+        return self._size
+
+    def _connected(self) -> Any:
+        if self.shut_down:
+            raise RuntimeError("ProcessGroupNCCL is shut down")
+        if self._gloo is None:
+            from torch.distributed import PrefixStore, ProcessGroupGloo
+
+            self._gloo = ProcessGroupGloo(
+                PrefixStore("nccl-double", self._store), self._rank, self._size, self.options._timeout
+            )
+        return self._gloo
+
+    def eager_connect_single_device(self, device: torch.device) -> None:
+        """Connect the communicator on ``device`` now (a rendezvous of all members)."""
+        if not isinstance(device, torch.device) or device.type != "cuda" or device.index is None:
+            raise ValueError(f"eager_connect_single_device needs a cuda device with an index, got {device!r}")
+        self.eager_devices.append(device)
+        self._connected()
+
+    def broadcast(self, tensor: torch.Tensor, root: int, timeout: datetime.timedelta | None = None) -> Any:
+        """Broadcast ``tensor`` in place from ``root``; returns the work handle (``wait()``)."""
+        return self._connected().broadcast(tensor, root)
+
+    def shutdown(self) -> None:
+        """Release the communicator."""
+        self.shut_down = True
+        if self._gloo is not None:
+            self._gloo.shutdown()
+            self._gloo = None
+
+
 # --- installing them ------------------------------------------------------------------------
 
 #: A CUDA 12.8 build of torch, as ``torch/version.py`` would describe it.
@@ -404,6 +503,8 @@ class CudaDoubles:
     nvml: FakeNvml
     cuda: FakeCuda
     torch_build: torchbuild.TorchBuild | None
+    #: The ProcessGroupNCCL double installed as ``torch.distributed.ProcessGroupNCCL``.
+    nccl: type[FakeProcessGroupNCCL]
 
 
 def install(
@@ -433,7 +534,18 @@ def install(
     for name in TORCH_CUDA_FUNCTIONS:
         monkeypatch.setattr(torch.cuda, name, getattr(cuda, name))
     pretend_torch_build(monkeypatch, torch_build)
-    return CudaDoubles(nvml=nvml, cuda=cuda, torch_build=torch_build)
+    nccl = install_nccl(monkeypatch)
+    return CudaDoubles(nvml=nvml, cuda=cuda, torch_build=torch_build, nccl=nccl)
+
+
+def install_nccl(monkeypatch: pytest.MonkeyPatch) -> type[FakeProcessGroupNCCL]:
+    """Make ``torch.distributed`` offer NCCL through :class:`FakeProcessGroupNCCL` (a fresh subclass per call)."""
+    import torch.distributed as dist
+
+    fresh = type("ProcessGroupNCCL", (FakeProcessGroupNCCL,), {"created": []})
+    monkeypatch.setattr(dist, "ProcessGroupNCCL", fresh, raising=False)
+    monkeypatch.setattr(dist, "is_nccl_available", lambda: True)
+    return fresh
 
 
 def pretend_torch_build(monkeypatch: pytest.MonkeyPatch, build: torchbuild.TorchBuild | None) -> None:

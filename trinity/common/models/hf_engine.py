@@ -51,9 +51,10 @@ import torch
 
 from trinity import device
 from trinity.common.models.checksum import state_dict_checksum
-from trinity.common.models.engine import Completion, SamplingParams, TensorMeta, WeightSyncGroupInfo
+from trinity.common.models.engine import Completion, SamplingParams
 from trinity.common.models.prompting import TextPrompts
 from trinity.common.models.sampling import LogprobRecorder
+from trinity.weight_transport.protocol import TensorMeta, WeightSyncGroupInfo
 
 logger = logging.getLogger(__name__)
 
@@ -513,7 +514,7 @@ class HFEngine(TextPrompts):
 
     def init_weight_sync(self, info: WeightSyncGroupInfo, first_rank: int) -> None:
         """Join the trainer's weight-sync group as rank ``first_rank``."""
-        from trinity.synchronizer.weight_sync import WeightSyncGroup
+        from trinity.weight_transport.group import WeightSyncGroup
 
         self.close_weight_sync()
         self._sync_group = WeightSyncGroup.join(info, rank=first_rank)

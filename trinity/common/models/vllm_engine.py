@@ -59,9 +59,10 @@ from typing import Any, TypeVar
 import torch
 
 from trinity import device
-from trinity.common.models.engine import Completion, SamplingParams, TensorMeta, WeightSyncGroupInfo
+from trinity.common.models.engine import Completion, SamplingParams
 from trinity.common.models.prompting import TextPrompts
 from trinity.common.models.vllm_worker import WeightSyncExtension, clean_name, metas_to_rows, safetensors_files
+from trinity.weight_transport.protocol import TensorMeta, WeightSyncGroupInfo
 
 logger = logging.getLogger(__name__)
 

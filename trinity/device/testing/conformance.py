@@ -19,7 +19,7 @@ from trinity.device.backend import Backend
 from trinity.device.loader import load_plugin
 from trinity.device.selection import DEVICE_ENV, RESOLVED_ENV
 from trinity.device.spec import ENTRY_POINT_GROUP, MIN_SPEC_VERSION, SPEC_VERSION
-from trinity.device.types import CompileSupport, DoctorCheck, MemoryStats, ProbeResult
+from trinity.device.types import CollectiveGroup, CompileSupport, DoctorCheck, MemoryStats, ProbeResult
 
 _T = TypeVar("_T")
 
@@ -34,6 +34,7 @@ _OWN_TYPE = "your-own-torch-device-type"
 _NO_INIT = "the-no-initialisation-rule"
 _ENTRY_POINT = "the-entry-point"
 _BROKEN = "when-a-backend-is-broken"
+_GROUPS = "weight-sync-groups"
 
 
 def fix(what: str, section: str) -> str:
@@ -307,3 +308,102 @@ class BackendConformance:
         device_id = _call("trinity_current_device_index", _NEEDS, facade.get_device_id)
         assert device_id >= 0, f"get_device_id() is {device_id}; " + fix(
             "return the current index from trinity_current_device_index", _NEEDS)
+
+    # --- stateless collective groups (trinity_stateless_process_group) ----------------------
+
+    #: Device type of the tensors the kit broadcasts through the backend's own collective;
+    #: None: the group's ``device_type``. A suite whose collective is a test double that moves
+    #: CPU tensors sets ``"cpu"``.
+    collective_tensor_device: ClassVar[str | None] = None
+
+    def _stateless_collectives(self, backend: Backend) -> list[tuple[str, int, str | None]]:
+        """``(collective, world size, tensor device type)`` to try: gloo, and the backend's own on its devices."""
+        info = backend.info
+        tried: list[tuple[str, int, str | None]] = [("gloo", 2, None)]
+        if info.collective_backend != "gloo":
+            # One rank per device, as device collectives require.
+            world = max(1, min(2, backend.probe().device_count))
+            tried.append((info.collective_backend, world, self.collective_tensor_device))
+        return tried
+
+    def test_stateless_group_broadcasts(self, available_backend: Backend) -> None:
+        for collective, world, tensor_device in self._stateless_collectives(available_backend):
+            outcomes = broadcast_through_stateless_group(available_backend, collective, world, tensor_device)
+            for rank in range(world):
+                outcome = outcomes.get(rank)
+                assert not isinstance(outcome, BaseException), (
+                    f"trinity_stateless_process_group({collective!r}) rank {rank} of {world} failed: "
+                    f"{type(outcome).__name__}: {outcome}; " + fix("implement or fix trinity_stateless_process_group",
+                                                                    _GROUPS)
+                )
+                assert outcome is not None, f"rank {rank} of the {collective!r} group did not finish in time; " + fix(
+                    "trinity_stateless_process_group must build a group every rank can join", _GROUPS)
+                group, received = outcome
+                expected_type = "cpu" if collective == "gloo" else available_backend.info.device_type
+                assert group.collective == collective and group.device_type == expected_type, f"{group}; " + fix(
+                    "return a CollectiveGroup naming the collective asked for and its tensors' device type", _GROUPS)
+                assert received == [float(i) for i in range(8)], f"rank {rank} received {received}; " + fix(
+                    "the group returned by trinity_stateless_process_group must broadcast from rank 0", _GROUPS)
+
+    def test_stateless_group_refuses_unknown_collective(self, backend: Backend) -> None:
+        import datetime
+
+        from torch.distributed import HashStore  # type: ignore[attr-defined]
+
+        from trinity.device.errors import CollectiveGroupError
+
+        with pytest.raises(CollectiveGroupError, match="trinity_stateless_process_group"):
+            backend.stateless_process_group(
+                "no-such-collective", HashStore(), rank=0, world_size=1,
+                timeout=datetime.timedelta(seconds=5), group_name="kit-unknown",
+            )
+
+
+def broadcast_through_stateless_group(
+    backend: Backend, collective: str, world_size: int, tensor_device: str | None = None, timeout_s: float = 60.0
+) -> dict[int, tuple[CollectiveGroup, list[float]] | BaseException]:
+    """Build a ``collective`` group of ``world_size`` threads over one in-process store; rank 0 broadcasts 0..7.
+
+    Returns, per rank, ``(CollectiveGroup, received values)`` or the exception
+    that rank raised; a rank missing from the answer did not finish within
+    ``timeout_s``. Each rank of a device collective first makes device
+    ``rank`` current. No default process group is created.
+    """
+    import datetime
+    import threading
+
+    import torch
+    from torch.distributed import HashStore, PrefixStore  # type: ignore[attr-defined]
+
+    store = HashStore()
+    name = f"kit-{collective}-{world_size}"
+    outcomes: dict[int, tuple[CollectiveGroup, list[float]] | BaseException] = {}
+
+    def member(rank: int) -> None:
+        try:
+            on_device = collective != "gloo" and backend.info.device_type != "cpu"
+            if on_device:
+                backend.set_device(rank)
+            group = backend.stateless_process_group(
+                collective, PrefixStore(name, store), rank=rank, world_size=world_size,
+                timeout=datetime.timedelta(seconds=timeout_s), group_name=name,
+            )
+            device_type = tensor_device or group.device_type
+            device = torch.device(device_type, rank) if device_type != "cpu" else torch.device("cpu")
+            tensor = torch.arange(8, dtype=torch.float32, device=device)
+            if rank != 0:
+                tensor.zero_()
+            group.process_group.broadcast(tensor, 0).wait()
+            outcomes[rank] = (group, tensor.cpu().tolist())
+            shutdown = getattr(group.process_group, "shutdown", None)
+            if shutdown is not None:
+                shutdown()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test, which reports it
+            outcomes[rank] = exc
+
+    threads = [threading.Thread(target=member, args=(rank,), daemon=True) for rank in range(world_size)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout_s + 30)
+    return outcomes

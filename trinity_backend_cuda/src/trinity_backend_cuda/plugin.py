@@ -10,12 +10,14 @@ nor pynvml.
 
 from __future__ import annotations
 
+import datetime
 import os
 from types import ModuleType
+from typing import Any
 
 from trinity.device.spec import hookimpl
-from trinity.device.types import BackendInfo, CompileSupport, DoctorCheck, ProbeResult
-from trinity_backend_cuda import compile_support, doctor, probe, workerenv
+from trinity.device.types import BackendInfo, CollectiveGroup, CompileSupport, DoctorCheck, ProbeResult
+from trinity_backend_cuda import compile_support, doctor, probe, process_groups, workerenv
 from trinity_backend_cuda.info import INFO
 
 
@@ -55,3 +57,11 @@ def trinity_worker_env(self_managed_devices: bool) -> dict[str, str]:
 def trinity_doctor() -> list[DoctorCheck]:
     """Return the driver, CUDA_VISIBLE_DEVICES, torch build, NCCL and triton checks."""
     return doctor.run_checks()
+
+
+@hookimpl
+def trinity_stateless_process_group(  # noqa: PLR0917 - pluggy passes arguments by name
+    collective: str, store: Any, rank: int, world_size: int, timeout: datetime.timedelta, group_name: str
+) -> CollectiveGroup:
+    """Return an NCCL group connected on the current GPU (gloo and others: the core's route)."""
+    return process_groups.stateless_process_group(collective, store, rank, world_size, timeout, group_name)
