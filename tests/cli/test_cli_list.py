@@ -13,6 +13,7 @@ import pytest
 
 from tests.cli._runner import ROW_FIELDS, Runner, assert_usable
 from tests.fakedist import add_backend, write_distribution
+from trinity.device.spec import MIN_SPEC_VERSION, SPEC_VERSION
 
 #: What a broken backend cannot tell.
 UNKNOWABLE = ROW_FIELDS - {"name", "distribution", "version", "target", "status", "error", "selected"}
@@ -99,7 +100,8 @@ def _same_name_twice(site: Path) -> None:
         pytest.param(_unmarked_hook, "trinity_synchronize is not marked with @trinity.device.hookimpl",
                      id="unmarked-hook"),
         pytest.param(_other_spec_version,
-                     "written for DeviceBackend spec 8, this trinity-rft supports 1..1; upgrade trinity-rft",
+                     f"written for DeviceBackend spec {SPEC_VERSION + 7}, this trinity-rft supports "
+                     f"{MIN_SPEC_VERSION}..{SPEC_VERSION}; upgrade trinity-rft",
                      id="other-spec-version"),
         pytest.param(_same_name_twice, "backend name 'bad' is registered by fake-bad-one (fake_bad) and "
                      "fake-bad-two (fake_bad_two); uninstall one of them", id="same-name-twice"),

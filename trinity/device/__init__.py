@@ -13,8 +13,10 @@ from trinity.device.errors import (
     DeviceError,
     InvalidDeviceRequestError,
     UnknownBackendError,
+    UnsupportedDtypeError,
 )
 from trinity.device.facade import (
+    attention_implementation,
     current_backend,
     current_selection,
     doctor,
@@ -37,8 +39,10 @@ from trinity.device.facade import (
     ray_actor_resources,
     ray_assigned_devices_env,
     reset,
+    resolve_dtype,
     select_backend,
     set_device,
+    supported_dtypes,
     supports_torch_compile,
     synchronize,
     torch_compile_support,
@@ -47,11 +51,20 @@ from trinity.device.facade import (
     worker_env,
 )
 from trinity.device.spec import ENTRY_POINT_GROUP, SPEC_VERSION, hookimpl
-from trinity.device.types import BackendInfo, CompileSupport, DoctorCheck, MemoryStats, ProbeResult
+from trinity.device.types import (
+    AttentionChoice,
+    BackendInfo,
+    CompileSupport,
+    DoctorCheck,
+    DtypeSupport,
+    MemoryStats,
+    ProbeResult,
+)
 
 __all__ = [
     "ENTRY_POINT_GROUP",
     "SPEC_VERSION",
+    "AttentionChoice",
     "BackendInfo",
     "BackendLoadError",
     "BackendUnavailableError",
@@ -59,10 +72,13 @@ __all__ = [
     "ConflictingChoiceError",
     "DeviceError",
     "DoctorCheck",
+    "DtypeSupport",
     "InvalidDeviceRequestError",
     "MemoryStats",
     "ProbeResult",
     "UnknownBackendError",
+    "UnsupportedDtypeError",
+    "attention_implementation",
     "current_backend",
     "current_selection",
     "doctor",
@@ -86,8 +102,10 @@ __all__ = [
     "ray_actor_resources",
     "ray_assigned_devices_env",
     "reset",
+    "resolve_dtype",
     "select_backend",
     "set_device",
+    "supported_dtypes",
     "supports_torch_compile",
     "synchronize",
     "torch_compile_support",

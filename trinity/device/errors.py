@@ -29,3 +29,7 @@ class ConflictingChoiceError(DeviceError):
 
 class InvalidDeviceRequestError(DeviceError):
     """A device request is malformed (e.g. a negative local rank, a bad timeout)."""
+
+
+class UnsupportedDtypeError(DeviceError):
+    """A model dtype was asked for that the selected device cannot compute in."""

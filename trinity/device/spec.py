@@ -32,14 +32,22 @@ from types import ModuleType
 
 import pluggy
 
-from trinity.device.types import BackendInfo, CompileSupport, DoctorCheck, MemoryStats, ProbeResult
+from trinity.device.types import (
+    AttentionChoice,
+    BackendInfo,
+    CompileSupport,
+    DoctorCheck,
+    DtypeSupport,
+    MemoryStats,
+    ProbeResult,
+)
 
 #: The pluggy project name; markers and entry points use it.
 PROJECT_NAME = "trinity"
 #: Entry-point group under which backend distributions register.
 ENTRY_POINT_GROUP = "trinity.backends"
 #: Version of this contract. Bumped when a hook is added or its meaning changes.
-SPEC_VERSION = 1
+SPEC_VERSION = 2
 #: Oldest contract version a backend may target and still be loaded.
 MIN_SPEC_VERSION = 1
 #: Hooks a backend must implement itself (no default exists).
@@ -161,6 +169,33 @@ def trinity_worker_env(self_managed_devices: bool) -> dict[str, str]:  # type: i
     """
 
 
+@hookspec(firstresult=True)
+def trinity_supported_dtypes() -> DtypeSupport:  # type: ignore[empty-body]
+    """Return the floating-point dtypes models compute in on this device, preferred first.
+
+    Called on the driver when a run is planned (``dtype: auto`` becomes
+    ``preferred``; a dtype outside ``supported`` is refused with its entry in
+    ``unsupported``) and again in each worker that loads a model. Like the
+    probe, it must not initialise the device: answer from static facts or
+    context-free driver queries, and say in ``note`` when the device could
+    not be asked. Default: ``float32`` (preferred), ``bfloat16``, ``float16``:
+    what torch's own kernels compute in on the host CPU.
+    """
+
+
+@hookspec(firstresult=True)
+def trinity_attention_implementation(dtype: str) -> AttentionChoice:  # type: ignore[empty-body]
+    """Return the attention kernel transformers models are loaded with in ``dtype``.
+
+    ``dtype`` is a torch dtype name from ``trinity_supported_dtypes``. The
+    answer's ``implementation`` is passed as ``attn_implementation`` to
+    ``from_pretrained`` by the trainer and the ``hf`` engine. Called on the
+    driver for the plan and in workers before loading, so the same rule as
+    for ``trinity_supported_dtypes`` applies. Default: ``sdpa`` (torch's
+    ``scaled_dot_product_attention``, which every torch device type has).
+    """
+
+
 @hookspec
 def trinity_doctor() -> list[DoctorCheck]:  # type: ignore[empty-body]
     """Return diagnostic checks for ``trinity backends check``.
@@ -186,4 +221,6 @@ SINGLE_ANSWER_HOOKS = (
     "trinity_manual_seed",
     "trinity_visible_devices_env",
     "trinity_worker_env",
+    "trinity_supported_dtypes",
+    "trinity_attention_implementation",
 )

@@ -19,7 +19,7 @@ from trinity.device.backend import Backend
 from trinity.device.loader import load_plugin
 from trinity.device.selection import DEVICE_ENV, RESOLVED_ENV
 from trinity.device.spec import ENTRY_POINT_GROUP, MIN_SPEC_VERSION, SPEC_VERSION
-from trinity.device.types import CompileSupport, DoctorCheck, MemoryStats, ProbeResult
+from trinity.device.types import AttentionChoice, CompileSupport, DoctorCheck, DtypeSupport, MemoryStats, ProbeResult
 
 _ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 
@@ -237,3 +237,50 @@ class BackendConformance:
         assert env[DEVICE_ENV] == self.backend_name and env[RESOLVED_ENV] == "1"
         facade.synchronize()
         assert facade.get_device_id() >= 0
+
+    # --- model dtypes and attention --------------------------------------------------------------
+
+    def test_supported_dtypes(self, backend: Backend) -> None:
+        import torch
+
+        support = backend.supported_dtypes()
+        assert isinstance(support, DtypeSupport)
+        for name in support.supported:
+            assert isinstance(getattr(torch, name, None), torch.dtype), (
+                f"trinity_supported_dtypes names {name!r}, which is not a torch dtype name (e.g. 'bfloat16')"
+            )
+        for name, reason in support.unsupported.items():
+            assert name not in support.supported, f"{name} is both supported and unsupported"
+            assert reason, f"trinity_supported_dtypes must say why {name} is unsupported"
+        assert backend.resolve_dtype("auto") == support.preferred
+
+    def test_attention_implementation(self, backend: Backend) -> None:
+        for dtype in backend.supported_dtypes().supported:
+            choice = backend.attention_implementation(dtype)
+            assert isinstance(choice, AttentionChoice)
+            assert choice.implementation and choice.implementation.strip() == choice.implementation, (
+                f"trinity_attention_implementation({dtype!r}) must name transformers' attn_implementation"
+            )
+
+    def test_dtype_answers_import_no_runtime(self) -> None:
+        forbidden = ("torch", *self.heavy_modules)
+        code = textwrap.dedent(
+            f"""
+            import json, sys
+            from trinity.device.testing.conformance import _fresh_backend
+            backend = _fresh_backend({self.backend_name!r})
+            backend.attention_implementation(backend.supported_dtypes().preferred)
+            print(json.dumps(sorted(m for m in {forbidden!r} if m in sys.modules)))
+            """
+        )
+        env = {**os.environ, **self.probe_subprocess_env}
+        env.pop(DEVICE_ENV, None)
+        done = subprocess.run(
+            [sys.executable, "-c", code], check=False, capture_output=True, text=True, env=env, timeout=120
+        )
+        assert done.returncode == 0, done.stderr
+        imported = json.loads(done.stdout.strip().splitlines()[-1])
+        assert imported == [], (
+            f"trinity_supported_dtypes / trinity_attention_implementation of {self.backend_name} imported "
+            f"{imported}: they are asked while a run is planned, where no device runtime may load"
+        )
