@@ -14,8 +14,10 @@ from trinity.device.errors import (
     DeviceError,
     InvalidDeviceRequestError,
     UnknownBackendError,
+    UnsupportedDtypeError,
 )
 from trinity.device.facade import (
+    attention_implementation,
     current_backend,
     current_selection,
     doctor,
@@ -38,9 +40,11 @@ from trinity.device.facade import (
     ray_actor_resources,
     ray_assigned_devices_env,
     reset,
+    resolve_dtype,
     select_backend,
     set_device,
     stateless_process_group,
+    supported_dtypes,
     supports_torch_compile,
     synchronize,
     torch_compile_support,
@@ -49,11 +53,21 @@ from trinity.device.facade import (
     worker_env,
 )
 from trinity.device.spec import ENTRY_POINT_GROUP, SPEC_VERSION, hookimpl
-from trinity.device.types import BackendInfo, CollectiveGroup, CompileSupport, DoctorCheck, MemoryStats, ProbeResult
+from trinity.device.types import (
+    AttentionChoice,
+    BackendInfo,
+    CollectiveGroup,
+    CompileSupport,
+    DoctorCheck,
+    DtypeSupport,
+    MemoryStats,
+    ProbeResult,
+)
 
 __all__ = [
     "ENTRY_POINT_GROUP",
     "SPEC_VERSION",
+    "AttentionChoice",
     "BackendInfo",
     "BackendLoadError",
     "BackendUnavailableError",
@@ -63,10 +77,13 @@ __all__ = [
     "ConflictingChoiceError",
     "DeviceError",
     "DoctorCheck",
+    "DtypeSupport",
     "InvalidDeviceRequestError",
     "MemoryStats",
     "ProbeResult",
     "UnknownBackendError",
+    "UnsupportedDtypeError",
+    "attention_implementation",
     "current_backend",
     "current_selection",
     "doctor",
@@ -90,9 +107,11 @@ __all__ = [
     "ray_actor_resources",
     "ray_assigned_devices_env",
     "reset",
+    "resolve_dtype",
     "select_backend",
     "set_device",
     "stateless_process_group",
+    "supported_dtypes",
     "supports_torch_compile",
     "synchronize",
     "torch_compile_support",

@@ -19,7 +19,15 @@ from typing import Any
 
 from trinity.device.collectives import default_stateless_group
 from trinity.device.spec import hookimpl
-from trinity.device.types import BackendInfo, CollectiveGroup, CompileSupport, DoctorCheck, MemoryStats
+from trinity.device.types import (
+    AttentionChoice,
+    BackendInfo,
+    CollectiveGroup,
+    CompileSupport,
+    DoctorCheck,
+    DtypeSupport,
+    MemoryStats,
+)
 
 
 def forwarded_env(
@@ -39,6 +47,13 @@ def forwarded_env(
     if self_managed_devices and info.visible_devices_env:
         env[f"RAY_EXPERIMENTAL_NOSET_{info.visible_devices_env}"] = "1"
     return env
+
+
+#: What torch's own kernels compute in on the host CPU; float32 first: exact, and fastest on CPUs
+#: without native bfloat16 instructions.
+DEFAULT_DTYPES = DtypeSupport(supported=("float32", "bfloat16", "float16"))
+#: torch's ``scaled_dot_product_attention``: every torch device type has it.
+DEFAULT_ATTENTION = AttentionChoice("sdpa", "torch scaled_dot_product_attention")
 
 
 class DefaultHooks:
@@ -128,6 +143,14 @@ class DefaultHooks:
         return forwarded_env(self._info, os.environ, self_managed_devices)
 
     @hookimpl(trylast=True)
+    def trinity_supported_dtypes(self) -> DtypeSupport:
+        return DEFAULT_DTYPES
+
+    @hookimpl(trylast=True)
+    def trinity_attention_implementation(self, dtype: str) -> AttentionChoice:
+        return DEFAULT_ATTENTION
+
+    @hookimpl(trylast=True)
     def trinity_doctor(self) -> list[DoctorCheck]:
         return [torch_install_check()]
 
@@ -156,4 +179,4 @@ def torch_install_check() -> DoctorCheck:
     return DoctorCheck("torch", "ok", f"torch {torch_version} installed", facts={"torch": torch_version})
 
 
-__all__ = ["DefaultHooks", "forwarded_env", "torch_install_check"]
+__all__ = ["DEFAULT_ATTENTION", "DEFAULT_DTYPES", "DefaultHooks", "forwarded_env", "torch_install_check"]

@@ -33,3 +33,7 @@ class InvalidDeviceRequestError(DeviceError):
 
 class CollectiveGroupError(DeviceError):
     """A stateless process group (``trinity_stateless_process_group``) cannot be built for a collective."""
+
+
+class UnsupportedDtypeError(DeviceError):
+    """A model dtype was asked for that the selected device cannot compute in."""

@@ -20,7 +20,14 @@ from trinity.device import selection as _selection
 from trinity.device.backend import Backend
 from trinity.device.errors import InvalidDeviceRequestError
 from trinity.device.loader import BackendRecord, discover
-from trinity.device.types import CollectiveGroup, CompileSupport, DoctorCheck, MemoryStats
+from trinity.device.types import (
+    AttentionChoice,
+    CollectiveGroup,
+    CompileSupport,
+    DoctorCheck,
+    DtypeSupport,
+    MemoryStats,
+)
 
 logger = logging.getLogger("trinity.device")
 
@@ -219,6 +226,25 @@ def torch_compile_support() -> CompileSupport:
 def supports_torch_compile() -> bool:
     """Return True when ``torch.compile`` works on the selected device."""
     return torch_compile_support().supported
+
+
+def supported_dtypes() -> DtypeSupport:
+    """Return the dtypes models compute in on the selected device, the preferred one first."""
+    return current_backend().supported_dtypes()
+
+
+def resolve_dtype(requested: str) -> str:
+    """Return the dtype to load models in for the config value ``requested`` (``auto``: the device's preferred).
+
+    Raises :class:`~trinity.device.errors.UnsupportedDtypeError` with the
+    backend's reason when the selected device cannot compute in it.
+    """
+    return current_backend().resolve_dtype(requested)
+
+
+def attention_implementation(dtype: str) -> AttentionChoice:
+    """Return the attention kernel (transformers' ``attn_implementation``) for models in ``dtype`` here."""
+    return current_backend().attention_implementation(dtype)
 
 
 def visible_devices_env(device_ids: Sequence[int]) -> dict[str, str]:

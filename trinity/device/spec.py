@@ -34,7 +34,16 @@ from typing import Any
 
 import pluggy
 
-from trinity.device.types import BackendInfo, CollectiveGroup, CompileSupport, DoctorCheck, MemoryStats, ProbeResult
+from trinity.device.types import (
+    AttentionChoice,
+    BackendInfo,
+    CollectiveGroup,
+    CompileSupport,
+    DoctorCheck,
+    DtypeSupport,
+    MemoryStats,
+    ProbeResult,
+)
 
 #: The pluggy project name; markers and entry points use it.
 PROJECT_NAME = "trinity"
@@ -163,6 +172,33 @@ def trinity_worker_env(self_managed_devices: bool) -> dict[str, str]:  # type: i
     """
 
 
+@hookspec(firstresult=True)
+def trinity_supported_dtypes() -> DtypeSupport:  # type: ignore[empty-body]
+    """Return the floating-point dtypes models compute in on this device, preferred first.
+
+    Called on the driver when a run is planned (``dtype: auto`` becomes
+    ``preferred``; a dtype outside ``supported`` is refused with its entry in
+    ``unsupported``) and again in each worker that loads a model. Like the
+    probe, it must not initialise the device: answer from static facts or
+    context-free driver queries, and say in ``note`` when the device could
+    not be asked. Default: ``float32`` (preferred), ``bfloat16``, ``float16``:
+    what torch's own kernels compute in on the host CPU.
+    """
+
+
+@hookspec(firstresult=True)
+def trinity_attention_implementation(dtype: str) -> AttentionChoice:  # type: ignore[empty-body]
+    """Return the attention kernel transformers models are loaded with in ``dtype``.
+
+    ``dtype`` is a torch dtype name from ``trinity_supported_dtypes``. The
+    answer's ``implementation`` is passed as ``attn_implementation`` to
+    ``from_pretrained`` by the trainer and the ``hf`` engine. Called on the
+    driver for the plan and in workers before loading, so the same rule as
+    for ``trinity_supported_dtypes`` applies. Default: ``sdpa`` (torch's
+    ``scaled_dot_product_attention``, which every torch device type has).
+    """
+
+
 @hookspec
 def trinity_doctor() -> list[DoctorCheck]:  # type: ignore[empty-body]
     """Return diagnostic checks for ``trinity backends check``.
@@ -219,4 +255,6 @@ SINGLE_ANSWER_HOOKS = (
     "trinity_visible_devices_env",
     "trinity_worker_env",
     "trinity_stateless_process_group",
+    "trinity_supported_dtypes",
+    "trinity_attention_implementation",
 )

@@ -108,3 +108,34 @@ class CollectiveGroup:
     device_type: str
     #: The collective the group runs (``"gloo"``, ``"nccl"``, ``"hccl"``).
     collective: str
+
+
+@dataclass(frozen=True)
+class DtypeSupport:
+    """The floating-point dtypes models compute in on a device, by torch name (``"bfloat16"``)."""
+
+    #: Dtypes the device computes models in, the preferred one first (what ``dtype: auto`` becomes).
+    supported: tuple[str, ...]
+    #: Why a dtype is not supported, by name, phrased so a user knows what to choose instead.
+    unsupported: dict[str, str] = field(default_factory=dict)
+    #: A remark on how the answer was found (e.g. the device could not be asked here); may be empty.
+    note: str = ""
+
+    @property
+    def preferred(self) -> str:
+        """The dtype models are loaded in when the config leaves the choice to the device."""
+        return self.supported[0]
+
+    def reason(self, dtype: str) -> str:
+        """Return why ``dtype`` cannot be used (the backend's reason when it gave one)."""
+        return self.unsupported.get(dtype) or f"{dtype} is not among the supported {', '.join(self.supported)}"
+
+
+@dataclass(frozen=True)
+class AttentionChoice:
+    """The attention kernel models are loaded with (transformers' ``attn_implementation``)."""
+
+    #: ``"sdpa"``, ``"eager"``, ``"flash_attention_2"``, ... as ``from_pretrained`` accepts it.
+    implementation: str
+    #: Why this one (shown in the plan), e.g. what to install for a faster kernel.
+    reason: str = ""

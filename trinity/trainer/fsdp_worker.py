@@ -128,7 +128,10 @@ class FSDPWorker:
         self.total_steps = total_steps
         self.checkpoints = CheckpointDir(checkpoint_dir) if checkpoint_dir else None
         self.step = 0
-        self.compute_dtype = torch_dtype(run.trainer.dtype)
+        #: The compute dtype (``auto`` resolved by the device backend) and the attention kernel for it.
+        self.dtype_name = trinity.device.resolve_dtype(run.trainer.dtype)
+        self.compute_dtype = torch_dtype(self.dtype_name)
+        self.attention = trinity.device.attention_implementation(self.dtype_name).implementation
         self._sync_state: dict[str, torch.Tensor] | None = None
         self._weight_sync: Any = None
         self._ready = False
@@ -162,7 +165,7 @@ class FSDPWorker:
         model_path = self.run.model.path
         remote_code = self.run.model.trust_remote_code
 
-        actor = load_causal_lm(model_path, trust_remote_code=remote_code)
+        actor = load_causal_lm(model_path, trust_remote_code=remote_code, attn_implementation=self.attention)
         if settings.gradient_checkpointing:
             _enable_gradient_checkpointing(actor)
         self.actor = shard_model(actor, self.mesh, self.compute_dtype)
@@ -172,7 +175,7 @@ class FSDPWorker:
 
         self.reference: nn.Module | None = None
         if self.plan.use_reference:
-            reference = load_causal_lm(model_path, trust_remote_code=remote_code)
+            reference = load_causal_lm(model_path, trust_remote_code=remote_code, attn_implementation=self.attention)
             reference.requires_grad_(False)
             self.reference = shard_model(reference, self.mesh, self.compute_dtype)
             self.reference.to(self.device)
@@ -186,7 +189,8 @@ class FSDPWorker:
             if critic_plan is None:
                 raise RuntimeError("the algorithm trains a critic but the trainer plan has no critic settings")
             trinity.device.manual_seed(settings.seed + 1)  # same value-head init on every rank
-            critic = load_value_model(critic_plan.path, trust_remote_code=remote_code)
+            critic = load_value_model(critic_plan.path, trust_remote_code=remote_code,
+                                      attn_implementation=self.attention)
             if critic_plan.gradient_checkpointing:
                 _enable_gradient_checkpointing(critic.backbone)
             self.critic = shard_model(critic, self.mesh, self.compute_dtype)
@@ -497,7 +501,7 @@ class FSDPWorker:
                 "world_size": self.world_size,
                 "algorithm": self.plan.algorithm,
                 "model_path": self.run.model.path,
-                "dtype": self.settings.dtype,
+                "dtype": self.dtype_name,
                 "critic": self.critic is not None,
                 "scheduler": self.scheduler.state_dict(),
                 "critic_scheduler": self.critic_scheduler.state_dict() if self.critic_scheduler else None,

@@ -167,11 +167,17 @@ class FakeGpu:
     total_memory: int = 141 * GIB
     #: NVML error code this GPU's handle lookup fails with (e.g. GPU is lost), or None.
     handle_error: int | None = None
+    #: CUDA compute capability ``(major, minor)``: 9.0 for Hopper, 8.0 for A100, 7.0 for V100.
+    compute_capability: tuple[int, int] = (9, 0)
 
 
-def make_gpus(count: int, name: str = "NVIDIA H200") -> list[FakeGpu]:
+def make_gpus(count: int, name: str = "NVIDIA H200", compute_capability: tuple[int, int] = (9, 0)) -> list[FakeGpu]:
     """Return ``count`` identical GPUs with distinct, realistic UUIDs."""
-    return [FakeGpu(name=name, uuid=f"GPU-{index:08x}-1111-2222-3333-44445555{index:04x}") for index in range(count)]
+    return [
+        FakeGpu(name=name, uuid=f"GPU-{index:08x}-1111-2222-3333-44445555{index:04x}",
+                compute_capability=compute_capability)
+        for index in range(count)
+    ]
 
 
 @dataclass(eq=False)
@@ -253,6 +259,11 @@ class FakeNvml:
         self._enter("nvmlDeviceGetName")
         return self._gpu(handle).name
 
+    def nvmlDeviceGetCudaComputeCapability(self, handle: object) -> tuple[int, int]:
+        """Return the GPU's CUDA compute capability as ``(major, minor)``, as pynvml does."""
+        self._enter("nvmlDeviceGetCudaComputeCapability")
+        return self._gpu(handle).compute_capability
+
     def nvmlSystemGetDriverVersion(self) -> str:
         """Return the driver version text."""
         self._enter("nvmlSystemGetDriverVersion")
@@ -278,7 +289,8 @@ class FakeNvml:
             setattr(module, class_name, error_class)
         for function in (
             "nvmlInit", "nvmlInitWithFlags", "nvmlShutdown", "nvmlDeviceGetCount", "nvmlDeviceGetHandleByIndex",
-            "nvmlDeviceGetUUID", "nvmlDeviceGetName", "nvmlSystemGetDriverVersion",
+            "nvmlDeviceGetUUID", "nvmlDeviceGetName", "nvmlDeviceGetCudaComputeCapability",
+            "nvmlSystemGetDriverVersion",
             "nvmlSystemGetCudaDriverVersion", "nvmlErrorString",
         ):
             setattr(module, function, getattr(self, function))

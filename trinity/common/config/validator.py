@@ -1,7 +1,8 @@
 """The device layout of a run: a plan checked against the selected device backend and the Ray cluster.
 
 Every device decision comes from the backend: the Ray resource key devices
-are counted by, whether ``torch.compile`` is allowed, which collective
+are counted by, whether ``torch.compile`` is allowed, which model dtypes
+the device computes in, which collective
 ``online`` (upstream's ``nccl``) means, and whether ``engine_type: auto`` is
 vLLM (an accelerator) or hf (the CPU). As upstream does, the trainer gets the
 devices the engines leave: ``node_num x gpu_per_node - engines x tp``
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 
 from trinity.common.config.loader import ConfigError
 from trinity.common.config.plan.run import RunPlan
+from trinity.common.config.precision import resolve_precision
 from trinity.common.config.schema.run import UPSTREAM_ONLINE_SYNC_METHOD
 from trinity.common.constants import SyncMethod, SyncMethodError
 from trinity.device.backend import Backend
@@ -106,6 +108,8 @@ def _layout(plan: RunPlan, backend: Backend, cluster_resources: Mapping[str, flo
             f"trainer.use_torch_compile: true is not supported on the {info.name} backend: {support.reason}; "
             "set it to false or remove it"
         )
+
+    resolve_precision(plan, backend)  # a dtype the device cannot compute in is refused here, with its reason
 
     key = info.ray_resource_key
     rollout = plan.explorer.rollout

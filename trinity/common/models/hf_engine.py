@@ -126,7 +126,10 @@ class HFEngine(TextPrompts):
         torch_threads: int = 0,
         batch_wait_ms: float = 5.0,
     ) -> None:
-        """Load the model and tokenizer; raises EngineError for an unknown dtype or bad sizes.
+        """Load the model and tokenizer; raises EngineError for an unknown or unsupported dtype or bad sizes.
+
+        ``dtype`` ``auto`` is the device backend's preferred dtype; the attention
+        kernel is the one the backend names for the dtype.
 
         ``batch_wait_ms``: before serving, wait this long for concurrent requests
         to join the batch (runners of one step arrive within milliseconds of each
@@ -138,8 +141,8 @@ class HFEngine(TextPrompts):
         """
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        if dtype not in _DTYPES:
-            raise EngineError(f"unknown dtype {dtype!r}; use one of {', '.join(_DTYPES)}")
+        if dtype not in _DTYPES and dtype != "auto":
+            raise EngineError(f"unknown dtype {dtype!r}; use one of {', '.join(_DTYPES)} or auto")
         if max_prompt_tokens < 1 or max_batch_size < 1:
             raise EngineError(
                 f"max_prompt_tokens and max_batch_size must be at least 1, got {max_prompt_tokens}, {max_batch_size}"
@@ -151,7 +154,11 @@ class HFEngine(TextPrompts):
         self.batch_wait_s = batch_wait_ms / 1000.0
         self.model_path = str(model_path)
         self.tokenizer_path = str(tokenizer_path or model_path)
-        self.dtype = dtype
+        try:
+            self.dtype = device.resolve_dtype(dtype)
+        except device.UnsupportedDtypeError as exc:
+            raise EngineError(str(exc)) from None
+        self.attn_implementation = device.attention_implementation(self.dtype).implementation
         self.max_prompt_tokens = max_prompt_tokens
         self.max_batch_size = max_batch_size
         self.device = device.torch_device()
@@ -159,7 +166,8 @@ class HFEngine(TextPrompts):
         self.chat_template = chat_template
         self.tokenizer.padding_side = "left"
         self.model: Any = AutoModelForCausalLM.from_pretrained(
-            self.model_path, dtype=_DTYPES[dtype], trust_remote_code=trust_remote_code
+            self.model_path, dtype=_DTYPES[self.dtype], trust_remote_code=trust_remote_code,
+            attn_implementation=self.attn_implementation,
         )
         self.model.to(self.device)
         self.model.eval()  # type: ignore[no-untyped-call]
@@ -433,12 +441,13 @@ class HFEngine(TextPrompts):
         return self._version
 
     def describe(self) -> dict[str, Any]:
-        """Return what this engine serves: paths, dtype, device, version."""
+        """Return what this engine serves: paths, dtype, attention kernel, device, version."""
         return {
             "engine": "hf",
             "model_path": self.model_path,
             "tokenizer_path": self.tokenizer_path,
             "dtype": self.dtype,
+            "attn_implementation": self.attn_implementation,
             "device": str(self.device),
             "version": self._version,
             "max_prompt_tokens": self.max_prompt_tokens,

@@ -156,7 +156,7 @@ class VLLMEngine(TextPrompts):
         model_path: str,
         *,
         tokenizer_path: str = "",
-        dtype: str = "bfloat16",
+        dtype: str = "auto",
         max_prompt_tokens: int = 256,
         tensor_parallel_size: int = 1,
         memory_utilization: float = 0.9,
@@ -174,10 +174,17 @@ class VLLMEngine(TextPrompts):
 
         ``executor_backend`` is vLLM's ``distributed_executor_backend``; None
         picks ``ray`` for a tensor-parallel engine inside a Ray actor, vLLM's
-        default (``mp``/``uni``) otherwise.
+        default (``mp``/``uni``) otherwise. ``dtype`` ``auto`` is the device
+        backend's preferred dtype (not vLLM's ``auto``, which follows the model
+        folder), so the engine holds what the trainer computes in; vLLM picks
+        its attention backend itself.
         """
         if dtype not in _DTYPES:
             raise VLLMEngineError(f"unknown dtype {dtype!r}; use one of {', '.join(_DTYPES)}")
+        try:
+            dtype = device.resolve_dtype(dtype)
+        except device.UnsupportedDtypeError as exc:
+            raise VLLMEngineError(str(exc)) from None
         if max_prompt_tokens < 1 or tensor_parallel_size < 1:
             raise VLLMEngineError(
                 f"max_prompt_tokens and tensor_parallel_size must be at least 1, "

@@ -19,7 +19,15 @@ from trinity.device.backend import Backend
 from trinity.device.loader import load_plugin
 from trinity.device.selection import DEVICE_ENV, RESOLVED_ENV
 from trinity.device.spec import ENTRY_POINT_GROUP, MIN_SPEC_VERSION, SPEC_VERSION
-from trinity.device.types import CollectiveGroup, CompileSupport, DoctorCheck, MemoryStats, ProbeResult
+from trinity.device.types import (
+    AttentionChoice,
+    CollectiveGroup,
+    CompileSupport,
+    DoctorCheck,
+    DtypeSupport,
+    MemoryStats,
+    ProbeResult,
+)
 
 _T = TypeVar("_T")
 
@@ -35,6 +43,7 @@ _NO_INIT = "the-no-initialisation-rule"
 _ENTRY_POINT = "the-entry-point"
 _BROKEN = "when-a-backend-is-broken"
 _GROUPS = "weight-sync-groups"
+_DTYPES = "optional-hooks-and-their-defaults"
 
 
 def fix(what: str, section: str) -> str:
@@ -358,6 +367,58 @@ class BackendConformance:
                 timeout=datetime.timedelta(seconds=5), group_name="kit-unknown",
             )
 
+
+    # --- model dtypes and attention --------------------------------------------------------------
+
+    def test_supported_dtypes(self, backend: Backend) -> None:
+        import torch
+
+        support = backend.supported_dtypes()
+        assert isinstance(support, DtypeSupport), fix("return a DtypeSupport from trinity_supported_dtypes", _DTYPES)
+        for name in support.supported:
+            assert isinstance(getattr(torch, name, None), torch.dtype), (
+                f"trinity_supported_dtypes names {name!r}, which is not a torch dtype name (e.g. 'bfloat16'); "
+                + fix("name dtypes as torch does", _DTYPES)
+            )
+        for name, reason in support.unsupported.items():
+            assert name not in support.supported, f"{name} is both supported and unsupported; " + fix(
+                "list a dtype in one of trinity_supported_dtypes' fields only", _DTYPES)
+            assert reason, fix(f"trinity_supported_dtypes must say why {name} is unsupported", _DTYPES)
+        assert backend.resolve_dtype("auto") == support.preferred, fix(
+            "the first supported dtype is what auto becomes", _DTYPES)
+
+    def test_attention_implementation(self, backend: Backend) -> None:
+        for dtype in backend.supported_dtypes().supported:
+            choice = backend.attention_implementation(dtype)
+            assert isinstance(choice, AttentionChoice), fix(
+                "return an AttentionChoice from trinity_attention_implementation", _DTYPES)
+            assert choice.implementation and choice.implementation.strip() == choice.implementation, fix(
+                f"trinity_attention_implementation({dtype!r}) must name transformers' attn_implementation", _DTYPES)
+
+    def test_dtype_answers_import_no_runtime(self) -> None:
+        forbidden = ("torch", *self.heavy_modules)
+        code = textwrap.dedent(
+            f"""
+            import json, sys
+            from trinity.device.testing.conformance import _fresh_backend
+            backend = _fresh_backend({self.backend_name!r})
+            backend.attention_implementation(backend.supported_dtypes().preferred)
+            print(json.dumps(sorted(m for m in {forbidden!r} if m in sys.modules)))
+            """
+        )
+        env = {**os.environ, **self.probe_subprocess_env}
+        env.pop(DEVICE_ENV, None)
+        done = subprocess.run(
+            [sys.executable, "-c", code], check=False, capture_output=True, text=True, env=env, timeout=120
+        )
+        assert done.returncode == 0, f"{done.stderr}; " + fix(
+            "trinity_supported_dtypes and trinity_attention_implementation must answer without the device", _NO_INIT)
+        imported = json.loads(done.stdout.strip().splitlines()[-1])
+        assert imported == [], (
+            f"trinity_supported_dtypes / trinity_attention_implementation of {self.backend_name} imported "
+            f"{imported}: they are asked while a run is planned, where no device runtime may load; "
+            + fix("import the device runtime only inside the hooks that need the device", _NO_INIT)
+        )
 
 def broadcast_through_stateless_group(
     backend: Backend, collective: str, world_size: int, tensor_device: str | None = None, timeout_s: float = 60.0

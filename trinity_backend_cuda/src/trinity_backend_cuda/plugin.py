@@ -16,8 +16,16 @@ from types import ModuleType
 from typing import Any
 
 from trinity.device.spec import hookimpl
-from trinity.device.types import BackendInfo, CollectiveGroup, CompileSupport, DoctorCheck, ProbeResult
-from trinity_backend_cuda import compile_support, doctor, probe, process_groups, workerenv
+from trinity.device.types import (
+    AttentionChoice,
+    BackendInfo,
+    CollectiveGroup,
+    CompileSupport,
+    DoctorCheck,
+    DtypeSupport,
+    ProbeResult,
+)
+from trinity_backend_cuda import compile_support, doctor, dtypes, probe, process_groups, workerenv
 from trinity_backend_cuda.info import INFO
 
 
@@ -51,6 +59,18 @@ def trinity_device_module() -> ModuleType:
 def trinity_worker_env(self_managed_devices: bool) -> dict[str, str]:
     """Return the core's forwarded environment plus what NCCL weight sync with vLLM needs."""
     return workerenv.worker_env(os.environ, self_managed_devices)
+
+
+@hookimpl
+def trinity_supported_dtypes() -> DtypeSupport:
+    """Return the dtypes the GPUs compute in (bfloat16 from compute capability 8.0 on), read through NVML."""
+    return dtypes.supported_dtypes()
+
+
+@hookimpl
+def trinity_attention_implementation(dtype: str) -> AttentionChoice:
+    """Return ``flash_attention_2`` where flash_attn is installed and usable in ``dtype``, else ``sdpa``."""
+    return dtypes.attention_implementation(dtype)
 
 
 @hookimpl

@@ -17,13 +17,21 @@ from types import ModuleType
 from typing import Any
 
 from trinity.device.spec import hookimpl
-from trinity.device.types import BackendInfo, CollectiveGroup, CompileSupport, DoctorCheck, ProbeResult
+from trinity.device.types import (
+    AttentionChoice,
+    BackendInfo,
+    CollectiveGroup,
+    CompileSupport,
+    DoctorCheck,
+    DtypeSupport,
+    ProbeResult,
+)
 from trinity_backend_npu import doctor as _doctor
 from trinity_backend_npu import probe as _probe
 from trinity_backend_npu import process_groups as _process_groups
 from trinity_backend_npu import runtime as _runtime
 from trinity_backend_npu import workerenv as _workerenv
-from trinity_backend_npu.info import COMPILE_SUPPORT, INFO
+from trinity_backend_npu.info import ATTENTION, COMPILE_SUPPORT, DTYPE_SUPPORT, INFO
 
 
 @hookimpl
@@ -60,6 +68,18 @@ def trinity_visible_devices_env(device_ids: Sequence[int]) -> dict[str, str]:
 def trinity_worker_env(self_managed_devices: bool) -> dict[str, str]:
     """Return the CANN/HCCL environment an NPU Ray worker must inherit from the driver."""
     return _workerenv.worker_env(os.environ, self_managed_devices)
+
+
+@hookimpl
+def trinity_supported_dtypes() -> DtypeSupport:
+    """Return bfloat16 (preferred), float16 and float32: what Ascend 910B and newer compute models in."""
+    return DTYPE_SUPPORT
+
+
+@hookimpl
+def trinity_attention_implementation(dtype: str) -> AttentionChoice:
+    """Return ``sdpa``: FlashAttention-2 does not exist for Ascend; torch_npu fuses sdpa itself."""
+    return ATTENTION
 
 
 @hookimpl
