@@ -6,6 +6,13 @@ exported here; none of it names a device. Backends implement the hooks in
 entry-point group. Importing this package does not import torch.
 """
 
+from trinity.device.assignment import (
+    DeviceAssignment,
+    DeviceAssignmentError,
+    assign_devices,
+    current_assignment,
+    release_devices,
+)
 from trinity.device.errors import (
     BackendLoadError,
     BackendUnavailableError,
@@ -57,12 +64,16 @@ __all__ = [
     "BackendUnavailableError",
     "CompileSupport",
     "ConflictingChoiceError",
+    "DeviceAssignment",
+    "DeviceAssignmentError",
     "DeviceError",
     "DoctorCheck",
     "InvalidDeviceRequestError",
     "MemoryStats",
     "ProbeResult",
     "UnknownBackendError",
+    "assign_devices",
+    "current_assignment",
     "current_backend",
     "current_selection",
     "doctor",
@@ -85,6 +96,7 @@ __all__ = [
     "process_group_backend_for",
     "ray_actor_resources",
     "ray_assigned_devices_env",
+    "release_devices",
     "reset",
     "select_backend",
     "set_device",

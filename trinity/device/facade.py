@@ -83,8 +83,11 @@ def current_backend() -> Backend:
 
 
 def reset() -> None:
-    """Forget discovery and selection (tests, or after installing a backend at run time)."""
+    """Forget discovery, selection and this process's device assignment (tests, or after installing a backend)."""
     global _records, _current
+    from trinity.device.assignment import release_devices
+
+    release_devices()
     with _lock:
         _records = None
         _current = None
