@@ -180,11 +180,19 @@ def _claim(node_id: str, key: str, count: int) -> tuple[int, ...]:
             f"with its {key} resource (ray start --resources) or lower the devices this actor asks for"
         )
     folder = claims_folder(node_id, key)
-    folder.mkdir(parents=True, exist_ok=True)
     taken: list[int] = []
     claimed: list[int] = []
     for index in range(total):
-        fd = os.open(folder / f"{index}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            fd = os.open(folder / f"{index}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as exc:
+            for held in taken:
+                os.close(held)
+            raise DeviceAssignmentError(
+                f"cannot claim a {key} device: {exc.strerror} ({folder / f'{index}.lock'}); every process claiming "
+                f"devices on this node must be able to write to {folder.parent.parent}"
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
