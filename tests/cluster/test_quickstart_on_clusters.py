@@ -86,6 +86,27 @@ def test_the_quickstart_lays_out_on_one_node_of_any_kind(kind: str, quickstart_e
     assert (layout.nodes, layout.devices_per_node, layout.engines, layout.trainers) == (1, 2, 1, 1)
 
 
+def test_the_quickstart_lays_out_on_a_custom_key_machine_without_a_cluster(
+    quickstart_env: Path, acme_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ACME_DEVICE_DIR", str(acme_dir))
+    monkeypatch.setenv("RAY_ADDRESS", "local")  # no cluster to join: trinity starts its own Ray here
+    assert not ray.is_initialized()
+    try:
+        session = open_session(resolve_run(load_config(QUICKSTART)))
+        try:
+            offered = ray.cluster_resources().get("ACME")  # type: ignore[no-untyped-call]
+        finally:
+            session.close()
+        assert not ray.is_initialized()
+    finally:
+        device.reset()
+    assert offered == 2  # the local probe's devices, declared to the Ray node trinity started
+    assert (session.selection.name, session.selection.source) == ("acme", "auto")
+    assert (session.layout.resource_key, session.layout.engine_type) == ("ACME", "hf")
+    assert (session.layout.devices_per_node, session.layout.engines, session.layout.trainers) == (2, 1, 1)
+
+
 def test_devices_per_node_auto_takes_the_node_s_devices(quickstart_env: Path, acme_dir: Path) -> None:
     with cluster_of("acme", 1, acme_dir):
         config = load_config(QUICKSTART, {"cluster.gpu_per_node": 0, "cluster.node_num": 0})

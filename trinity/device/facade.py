@@ -145,6 +145,19 @@ def ray_actor_resources(amount: float = 1) -> dict[str, Any]:
     return ray_resource_options(current_backend().info.ray_resource_key, amount)
 
 
+def local_ray_resources(choice: str | None = None) -> dict[str, float]:
+    """Return the custom resources a Ray node started on this machine must declare for its devices.
+
+    The backend is selected from this machine alone (``choice`` as in
+    :func:`select_backend`); ``{key: device count}`` when its resource key is
+    one Ray does not detect by itself (a vendor's), else ``{}``.
+    """
+    from trinity.device.ray_resources import local_node_resources
+
+    backend = select_backend(choice).backend
+    return local_node_resources(backend.info.ray_resource_key, backend.probe().device_count)
+
+
 def get_process_group_backend() -> str:
     """Return the backend string for ``init_process_group`` covering CPU and device tensors.
 
