@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,9 +56,12 @@ def running_local_cluster() -> str | None:
     return address if address and _answers(address) else None
 
 
-def connect(address: str = "", num_cpus: int | None = None, **init_kwargs: Any) -> RayConnection:
+def connect(address: str = "", num_cpus: int | None = None,
+            local_resources: Callable[[], Mapping[str, float]] | None = None, **init_kwargs: Any) -> RayConnection:
     """Connect to Ray at ``address``, else to ``RAY_ADDRESS``, else to a live local cluster, else start one.
 
+    ``local_resources()`` (asked only when a local cluster is started here)
+    returns custom resources the new node offers beside the ones Ray detects.
     Raises :class:`RayConnectionError` when a given address cannot be reached.
     """
     import ray
@@ -87,7 +91,8 @@ def connect(address: str = "", num_cpus: int | None = None, **init_kwargs: Any) 
     if live:
         ray.init(address=live, **kwargs)
         return RayConnection(address=live, started_here=False)
-    ray.init(address="local", num_cpus=num_cpus, **kwargs)
+    resources = dict(local_resources()) if local_resources is not None else {}
+    ray.init(address="local", num_cpus=num_cpus, resources=resources or None, **kwargs)
     return RayConnection(address="local", started_here=True)
 
 

@@ -6,6 +6,13 @@ exported here; none of it names a device. Backends implement the hooks in
 entry-point group. Importing this package does not import torch.
 """
 
+from trinity.device.assignment import (
+    DeviceAssignment,
+    DeviceAssignmentError,
+    assign_devices,
+    current_assignment,
+    release_devices,
+)
 from trinity.device.errors import (
     BackendLoadError,
     BackendUnavailableError,
@@ -34,6 +41,7 @@ from trinity.device.facade import (
     is_cuda,
     is_npu,
     list_backends,
+    local_ray_resources,
     manual_seed,
     memory_stats,
     process_group_backend_for,
@@ -75,6 +83,8 @@ __all__ = [
     "CollectiveGroupError",
     "CompileSupport",
     "ConflictingChoiceError",
+    "DeviceAssignment",
+    "DeviceAssignmentError",
     "DeviceError",
     "DoctorCheck",
     "DtypeSupport",
@@ -83,7 +93,9 @@ __all__ = [
     "ProbeResult",
     "UnknownBackendError",
     "UnsupportedDtypeError",
+    "assign_devices",
     "attention_implementation",
+    "current_assignment",
     "current_backend",
     "current_selection",
     "doctor",
@@ -101,11 +113,13 @@ __all__ = [
     "is_cuda",
     "is_npu",
     "list_backends",
+    "local_ray_resources",
     "manual_seed",
     "memory_stats",
     "process_group_backend_for",
     "ray_actor_resources",
     "ray_assigned_devices_env",
+    "release_devices",
     "reset",
     "resolve_dtype",
     "select_backend",

@@ -91,8 +91,11 @@ def current_backend() -> Backend:
 
 
 def reset() -> None:
-    """Forget discovery and selection (tests, or after installing a backend at run time)."""
+    """Forget discovery, selection and this process's device assignment (tests, or after installing a backend)."""
     global _records, _current
+    from trinity.device.assignment import release_devices
+
+    release_devices()
     with _lock:
         _records = None
         _current = None
@@ -148,6 +151,19 @@ def ray_actor_resources(amount: float = 1) -> dict[str, Any]:
     from trinity.device.ray_resources import ray_resource_options
 
     return ray_resource_options(current_backend().info.ray_resource_key, amount)
+
+
+def local_ray_resources(choice: str | None = None) -> dict[str, float]:
+    """Return the custom resources a Ray node started on this machine must declare for its devices.
+
+    The backend is selected from this machine alone (``choice`` as in
+    :func:`select_backend`); ``{key: device count}`` when its resource key is
+    one Ray does not detect by itself (a vendor's), else ``{}``.
+    """
+    from trinity.device.ray_resources import local_node_resources
+
+    backend = select_backend(choice).backend
+    return local_node_resources(backend.info.ray_resource_key, backend.probe().device_count)
 
 
 def get_process_group_backend() -> str:

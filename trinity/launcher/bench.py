@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from trinity.launcher.device_record import write_device_record
 from trinity.launcher.evaluation import evaluate
 from trinity.launcher.session import Session
 from trinity.launcher.steps import call_all, monitor_for, scheduler_for, start_engines
@@ -44,6 +45,7 @@ def run_bench(session: Session) -> None:
         monitor.log(metrics, step=step, phase=PHASE_EVAL)
 
     try:
+        write_device_record(session, engines=engines)
         evaluate_now(0)
         for step in steps:
             try:

@@ -6,6 +6,7 @@ import json
 import logging
 from pathlib import Path
 
+from trinity.launcher.device_record import write_device_record
 from trinity.launcher.session import Session
 from trinity.launcher.steps import (
     call_all,
@@ -97,6 +98,7 @@ def run_explore(session: Session) -> None:
     monitor = monitor_for(session, plan.buffer.total_steps)
     finished = False
     try:
+        write_device_record(session, engines=engines)
         while True:
             step = tasks.position.step
             batch = tasks.next_batch_with_epochs()

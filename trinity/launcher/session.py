@@ -70,7 +70,8 @@ def open_session(plan: RunPlan) -> Session:
 
         logger.info("building the tiny model at %s", model.path)
         build_tiny_model(model.path, model.tiny)
-    connection = connect(plan.cluster.ray_address, namespace=plan.ray_namespace)
+    connection = connect(plan.cluster.ray_address, namespace=plan.ray_namespace,
+                         local_resources=lambda: device.local_ray_resources(plan.cluster.device))
     try:
         resources = ray.cluster_resources()  # type: ignore[no-untyped-call]
         alive = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]

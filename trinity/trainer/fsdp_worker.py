@@ -9,7 +9,9 @@ in each forward, backward and state-dict call).
 
 Device handling goes through :mod:`trinity.device` only: the process group
 backend string (``cpu:gloo`` here, ``cpu:gloo,<device>:<collective>`` on an
-accelerator), ``set_device``, ``torch_device`` and the mesh's device type.
+accelerator), the rank's device assignment (made when the rank starts, before
+the device runtime: :func:`trinity.device.assign_devices`), ``set_device``,
+``torch_device`` and the mesh's device type.
 """
 
 from __future__ import annotations
@@ -135,6 +137,8 @@ class FSDPWorker:
         self._sync_state: dict[str, torch.Tensor] | None = None
         self._weight_sync: Any = None
         self._ready = False
+        #: This rank's device on its node (claimed, or Ray's), masked before the device runtime starts.
+        self.devices = trinity.device.assign_devices(1, make_current=False)
 
     # -- setup -----------------------------------------------------------------------------
 
@@ -144,11 +148,16 @@ class FSDPWorker:
 
         return node_ip_address(), find_free_port()
 
-    def setup(self, master_addr: str, master_port: int, local_rank: int = 0) -> dict[str, Any]:
-        """Join the trainer's process group and build the models and optimizers (collective)."""
+    def setup(self, master_addr: str, master_port: int, local_rank: int | None = None) -> dict[str, Any]:
+        """Join the trainer's process group and build the models and optimizers (collective).
+
+        ``local_rank`` is the visible device to use; None: the one this rank was assigned.
+        """
         import torch.distributed as dist
 
         started = time.monotonic()
+        if local_rank is None:
+            local_rank = self.devices.local_index or 0
         trinity.device.set_device(local_rank)
         self.device = trinity.device.torch_device()
         if not dist.is_initialized():
@@ -213,6 +222,7 @@ class FSDPWorker:
             "use_torch_compile": self.use_torch_compile,
             "reference": self.reference is not None,
             "critic": self.critic is not None,
+            "assignment": self.devices.as_record(),
         }
 
     def _optimizer(

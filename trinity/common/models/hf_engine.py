@@ -1,8 +1,8 @@
 """The ``hf`` inference engine: Hugging Face ``transformers`` generate on any torch device.
 
 :class:`HFEngine` implements :class:`~trinity.common.models.engine.InferenceEngine`.
-It loads a model folder onto the device the façade selects
-(:func:`trinity.device.torch_device`) and samples with ``model.generate``:
+It loads a model folder onto the device assigned to its process
+(:func:`trinity.device.assign_devices`, then :func:`trinity.device.torch_device`) and samples with ``model.generate``:
 prompts left-padded and left-truncated to ``max_prompt_tokens``, batches of at
 most ``max_batch_size`` rows, ``n`` completions per prompt, stopping at EOS
 (kept as the last response token) or at a stop string (matched in the
@@ -161,6 +161,8 @@ class HFEngine(TextPrompts):
         self.attn_implementation = device.attention_implementation(self.dtype).implementation
         self.max_prompt_tokens = max_prompt_tokens
         self.max_batch_size = max_batch_size
+        #: This engine's device on its node (claimed, or Ray's), made current before the model loads.
+        self.devices = device.assign_devices(1)
         self.device = device.torch_device()
         self.tokenizer: Any = AutoTokenizer.from_pretrained(self.tokenizer_path, trust_remote_code=trust_remote_code)
         self.chat_template = chat_template
@@ -516,6 +518,10 @@ class HFEngine(TextPrompts):
         for file in files:
             merged.update(load_file(str(file), device="cpu"))
         self.load_state_dict(merged, version)
+
+    def device_assignments(self) -> list[dict[str, Any]]:
+        """Return the device assignment of each worker process of this engine: one, this process's."""
+        return [{"worker": 0, **self.devices.as_record()}]
 
     def weight_sync_ranks(self) -> int:
         """Return 1: the engine is one process on one device."""

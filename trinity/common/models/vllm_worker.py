@@ -21,6 +21,7 @@ redefines an attribute its worker already has.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,14 @@ class WeightSyncExtension:
         """Remember whether to checksum every full weight set loaded; return this worker's rank."""
         self._trinity_state()["track"] = bool(track_checksum)
         return int(self.rank)
+
+    def trinity_device_report(self) -> dict[str, Any]:
+        """Return this worker's ranks, torch device and the visible-devices mask its process runs under."""
+        from trinity import device
+
+        var = device.current_backend().info.visible_devices_env
+        return {"rank": int(self.rank), "local_rank": int(getattr(self, "local_rank", self.rank)),
+                "device": str(self.device), "visible_devices": os.environ.get(var) if var else None}
 
     def trinity_init_weight_sync(self, info: Mapping[str, Any], first_rank: int) -> int:
         """Join the trainer's weight-sync group as rank ``first_rank + self.rank``; return that rank."""

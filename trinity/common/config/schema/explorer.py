@@ -21,7 +21,7 @@ class InferenceModelConfig:
     #: Allow the model's own code.
     trust_remote_code: bool = False
     #: ``vllm`` (accelerators), ``hf`` (transformers, any device) or ``auto``: vllm on an accelerator
-    #: backend, hf on the CPU backend.
+    #: backend, hf where tensors live on the host CPU (the CPU backend, a CPU-backed vendor device).
     engine_type: str = refused_values("auto", {
         "tinker": "the Tinker service is not supported; use vllm or hf",
         "external": "external OpenAI-compatible engines are not supported yet; use vllm or hf",
