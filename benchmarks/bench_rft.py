@@ -5,7 +5,7 @@ a target: every figure is set against a baseline taken in the same run,
 interleaved with it.
 
 1. Online weight sync. Two Ray actors join one
-   :class:`~trinity.synchronizer.weight_sync.WeightSyncGroup` on the CPU
+   :class:`~trinity.weight_transport.group.WeightSyncGroup` on the CPU
    backend's collective (gloo), with the actor class and the model-like state
    dict of :mod:`trinity.synchronizer.benchmark` (about 100 MiB of float32
    tensors of 4 MiB, 1 MiB and 64 KiB). Each round times, in a rotating order,

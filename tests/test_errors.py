@@ -27,7 +27,8 @@ BAD_INPUT = [
 RUN_FAILED = [
     buffer_errors.StorageError, buffer_errors.StorageTimeoutError, buffer_errors.BufferExhaustedError,
     SyncError, SyncTimeoutError, CheckpointError, CheckpointWriteError,
-    device_errors.BackendUnavailableError, device_errors.BackendLoadError,
+    device_errors.BackendUnavailableError, device_errors.BackendLoadError, device_errors.CollectiveGroupError,
+    device_errors.UnsupportedDtypeError,
 ]
 
 
@@ -55,7 +56,7 @@ def test_the_cli_maps_any_trinity_error_once_with_its_exit_code(
     class PluginFamilyError(TrinityError):
         exit_code = 7
 
-    def failing() -> None:
+    def failing(*args: object) -> None:
         raise PluginFamilyError("the thing at /x is wrong;\nfix it")
 
     monkeypatch.setattr(report, "gather", failing)

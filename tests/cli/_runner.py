@@ -20,7 +20,7 @@ TRINITY = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "trinit
 ROW_FIELDS = frozenset({
     "name", "distribution", "version", "target", "status", "error", "priority", "device_type", "description",
     "spec_version", "available", "device_count", "reason", "ray_resource_key", "collective_backend",
-    "visible_devices_env", "compile_supported", "compile_reason", "selected",
+    "visible_devices_env", "compile_supported", "compile_reason", "selected", "cluster_offer",
 })
 
 

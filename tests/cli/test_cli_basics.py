@@ -98,7 +98,7 @@ def test_an_unexpected_error_is_one_line_with_a_debug_hint(
 ) -> None:
     from trinity.cli import report
 
-    def broken_gather() -> None:
+    def broken_gather(address: str | None = None) -> None:
         raise RuntimeError("something\nwent wrong")
 
     monkeypatch.setattr(report, "gather", broken_gather)

@@ -13,6 +13,7 @@ import pytest
 
 from tests.cli._runner import ROW_FIELDS, Runner, assert_usable
 from tests.fakedist import add_backend, write_distribution
+from trinity.device.spec import MIN_SPEC_VERSION, SPEC_VERSION
 
 #: What a broken backend cannot tell.
 UNKNOWABLE = ROW_FIELDS - {"name", "distribution", "version", "target", "status", "error", "selected"}
@@ -41,7 +42,7 @@ def test_json_has_every_field_and_one_selected_row(trinity: Runner, site: Path) 
     result = trinity("backends", "list", "--json")
     assert result.returncode == 0, result.stderr
     document = result.json()
-    assert set(document) == {"selected", "selection_error", "backends"}
+    assert set(document) == {"cluster", "selected", "selection_error", "backends"} and document["cluster"] is None
     assert document["selection_error"] is None
     assert set(document["selected"]) == {"name", "source", "reason"} and document["selected"]["source"] == "auto"
     rows = result.rows()
@@ -94,15 +95,17 @@ def _same_name_twice(site: Path) -> None:
         pytest.param(_unknown_hook, "does not match the DeviceBackend spec: unknown hook(s) trinity_frobnicate",
                      id="unknown-hook"),
         pytest.param(_wrong_argument,
-                     "Argument(s) {'rank'} are declared in the hookimpl but can not be found in the hookspec",
+                     "trinity_set_device(rank) of backend 'bad' (module fake_bad) takes argument(s) rank that the spec "
+                     "does not declare; the spec's arguments are (local_rank)",
                      id="wrong-argument-name"),
         pytest.param(_unmarked_hook, "trinity_synchronize is not marked with @trinity.device.hookimpl",
                      id="unmarked-hook"),
         pytest.param(_other_spec_version,
-                     "written for DeviceBackend spec 8, this trinity-rft supports 1..1; upgrade trinity-rft",
+                     f"written for DeviceBackend spec {SPEC_VERSION + 7}, this trinity-rft supports "
+                     f"{MIN_SPEC_VERSION}..{SPEC_VERSION}; upgrade trinity-rft",
                      id="other-spec-version"),
-        pytest.param(_same_name_twice, "backend name 'bad' is registered by fake-bad-one (fake_bad) and "
-                     "fake-bad-two (fake_bad_two); uninstall one of them", id="same-name-twice"),
+        pytest.param(_same_name_twice, "backend name 'bad' is registered by fake-bad-one 0.1.0 (fake_bad) and "
+                     "fake-bad-two 0.1.0 (fake_bad_two); uninstall one of them", id="same-name-twice"),
     ],
 )
 def test_a_broken_backend_is_one_line_and_the_others_stay_usable(

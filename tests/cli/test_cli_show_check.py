@@ -30,7 +30,7 @@ def test_show_json_tells_own_hooks_from_defaults(trinity: Runner) -> None:
     assert result.returncode == 0, result.stderr
     document = result.json()
     assert set(document) == ROW_FIELDS | {
-        "worker_env_prefixes", "process_group_backend", "hooks", "selection", "selection_error"}
+        "worker_env_prefixes", "process_group_backend", "hooks", "selection", "selection_error", "cluster"}
     assert document["name"] == "okdev" and document["worker_env_prefixes"] == ["OKDEV_"]
     assert document["hooks"] == {
         **{hook: "default" for hook in SINGLE_ANSWER_HOOKS},

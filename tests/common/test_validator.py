@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import pytest
 
 from tests.device import plugins
@@ -16,7 +19,11 @@ from trinity.device.types import CompileSupport
 
 
 class NoCompile(plugins.FakeAccel):
-    """An accelerator whose torch.compile is unsupported (as on Ascend)."""
+    """An accelerator with its own torch device type whose torch.compile is unsupported (as on Ascend)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._info = dataclasses.replace(self._info, device_type=self._info.name)
 
     @plugins.hookimpl
     def trinity_torch_compile_support(self) -> CompileSupport:
@@ -40,6 +47,12 @@ def test_npu_layout_gives_the_trainer_what_the_engines_leave_and_resolves_online
     assert layout.engine_type == "vllm"  # auto on an accelerator, as upstream's default
     assert str(layout.sync_method) == NPU.info.collective_backend  # upstream's "nccl" means online
     assert layout.use_torch_compile is False
+
+
+def test_auto_engine_is_hf_on_a_cpu_backed_device_with_its_own_key() -> None:
+    cpu_backed = load_plugin(plugins.FakeAccel("zeta", 100, key="ZETA"), expected_name="zeta")
+    layout = resolve_layout(plan({"cluster.gpu_per_node": 2}), cpu_backed, {"ZETA": 2, "CPU": 8})
+    assert layout.engine_type == "hf" and layout.resource_key == "ZETA" and layout.trainers == 1
 
 
 def test_train_mode_gives_the_trainer_every_device() -> None:

@@ -124,3 +124,11 @@ class BrokenDoctor(FakeAccel):
     @hookimpl
     def trinity_doctor(self) -> list[object]:
         raise OSError("cannot read driver version")
+
+
+class MisspelledHook(FakeAccel):
+    """Spells a hook the British way, as a vendor might."""
+
+    @hookimpl
+    def trinity_synchronise(self) -> None:
+        """Meant to be trinity_synchronize."""

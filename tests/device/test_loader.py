@@ -148,3 +148,38 @@ def test_default_current_index_on_a_cpu_typed_backend_is_zero() -> None:
     assert not backend.implements("trinity_current_device_index")
     backend.set_device(0)
     assert backend.current_device_index() == 0
+
+
+def test_misspelled_hook_error_suggests_the_spec_name() -> None:
+    with pytest.raises(PluginRejected) as caught:
+        load_plugin(plugins.MisspelledHook(), expected_name="accel")
+    assert "unknown hook(s) trinity_synchronise (did you mean trinity_synchronize?)" in str(caught.value)
+
+
+def test_unrelated_unknown_hook_gets_no_suggestion() -> None:
+    with pytest.raises(PluginRejected) as caught:
+        load_plugin(plugins.UnknownHook(), expected_name="accel")
+    assert "did you mean" not in str(caught.value)
+
+
+def test_undeclared_argument_error_names_backend_and_module_not_pluggy_id() -> None:
+    with pytest.raises(PluginRejected) as caught:
+        load_plugin(plugins.WrongArgument(), expected_name="accel")
+    message = str(caught.value)
+    assert "trinity_set_device(device_index) of backend 'accel' (module tests.device.plugins)" in message
+    assert "the spec's arguments are (local_rank)" in message
+    assert "backend-" not in message.replace("backend 'accel'", ""), message
+
+
+def test_name_clash_shows_each_distribution_with_its_own_version(tmp_path: Path) -> None:
+    from tests.fakedist import backend_source, write_distribution
+
+    write_distribution(tmp_path, "dist-a", {"twin_a": backend_source("twin")}, {"twin": "twin_a"}, version="1.0.0")
+    write_distribution(tmp_path, "dist-b", {"twin_b": backend_source("twin")}, {"twin": "twin_b"}, version="2.5.0")
+    from importlib.metadata import distributions
+
+    found = [ep for dist in distributions(path=[str(tmp_path)]) for ep in dist.entry_points]
+    record = discover(found)["twin"]
+    assert record.status == "broken"
+    assert "registered by dist-a 1.0.0 (twin_a) and dist-b 2.5.0 (twin_b)" in record.error
+    assert record.distribution == "dist-a 1.0.0, dist-b 2.5.0" and record.version == ""

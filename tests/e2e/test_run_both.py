@@ -98,6 +98,13 @@ def test_both_mode_trains_syncs_and_records(tmp_path: Path, tiny_model: Path) ->
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
     assert (run_dir / "reward_curve.png").stat().st_size > 1000
     assert (run_dir / "checkpoints" / "step-3").is_dir()
+    chosen = json.loads((run_dir / "device.json").read_text())
+    assert (chosen["backend"], chosen["collective"], chosen["process_group_backend"]) == ("cpu", "gloo", "cpu:gloo")
+    assert chosen["selection_reason"] and chosen["resource_key"] is None
+    assert [(a["role"], a["name"]) for a in chosen["actors"]] == [
+        ("trainer", "trainer-0"), ("trainer", "trainer-1"), ("engine", "rollout-0")]
+    for actor in chosen["actors"]:
+        assert actor["node_id"] and actor["devices"] == [] and actor["visible_devices"] is None
 
 
 def _run_cli(config_file: Path, log: Path) -> subprocess.Popen[bytes]:

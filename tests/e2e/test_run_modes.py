@@ -78,6 +78,11 @@ def stamps(checkpoints: Path) -> dict[str, tuple[int, int]]:
             for p in checkpoints.glob("step-*")}
 
 
+def device_actors(run_dir: Path) -> list[tuple[str, str]]:
+    """``(role, name)`` of each actor in the run's ``device.json``."""
+    return [(a["role"], a["name"]) for a in json.loads((run_dir / "device.json").read_text())["actors"]]
+
+
 def phase(run_dir: Path, name: str, since: int = 0) -> list[dict]:
     return [r for r in records(run_dir)[since:] if r["phase"] == name]
 
@@ -100,13 +105,13 @@ def trained_run(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> d
     assert not ray.is_initialized(), "the job must stop the local cluster it started"
     copy_buffer(run_dir / "buffer" / "experience.sqlite", tmp / "explored.sqlite")  # as the explore job left it
     explored = {"rows": rows(run_dir), "closed": closed(run_dir), "records": len(records(run_dir)),
-                "checkpoints": (run_dir / "checkpoints").exists()}
+                "checkpoints": (run_dir / "checkpoints").exists(), "device": device_actors(run_dir)}
     # total_steps 5, but the explorer wrote 2 steps: train stops cleanly when the closed buffer runs dry
     assert run_plan(mode_config(tmp, tiny_model, "train", **{
         "buffer.total_steps": 5, "trainer.save_interval": 1,
     })) == 0
     assert not ray.is_initialized()
-    return {"tmp": tmp, "run_dir": run_dir, "explored": explored}
+    return {"tmp": tmp, "run_dir": run_dir, "explored": explored, "trained_device": device_actors(run_dir)}
 
 
 def test_explore_then_train_through_a_sqlite_buffer(trained_run: dict[str, Any]) -> None:
@@ -121,6 +126,8 @@ def test_explore_then_train_through_a_sqlite_buffer(trained_run: dict[str, Any])
     logged = records(run_dir)
     assert [r["step"] for r in logged[: explored["records"]] if r["phase"] == "explore"] == [1, 2]
     assert not explored["checkpoints"], "explore trains nothing"
+    assert explored["device"] == [("engine", "rollout-0")]  # each job records the actors it started
+    assert trained_run["trained_device"] == [("trainer", "trainer-0")]
 
     # train: every experience consumed, one step per explored batch, then a clean stop (total_steps 5 not reached)
     assert all(c for *_, c in rows(run_dir))

@@ -75,9 +75,10 @@ def test_explore_closes_the_buffer_after_the_pipeline_when_it_finishes(
     monkeypatch.setattr(explore, "write_ray_timeline", lambda session: events.append("timeline"))
     monkeypatch.setattr(explore, "scheduler_for", lambda *a: None)
     monkeypatch.setattr(explore, "monitor_for", lambda *a: Part("monitor", events))
+    monkeypatch.setattr(explore, "write_device_record", lambda *a, **k: events.append("device.json"))
     monkeypatch.setattr(explore, "_explore_batches", lambda *a, **k: events.append("explored"))
     explore.run_explore(_session(tmp_path, "explore"))
-    assert events == ["explored", "monitor.close", "pipeline.close", "engines.shutdown", "timeline",
+    assert events == ["device.json", "explored", "monitor.close", "pipeline.close", "engines.shutdown", "timeline",
                       "storage.close", "storage.release"]
 
 

@@ -12,8 +12,9 @@ import torch
 from safetensors.torch import save_file
 
 from trinity.common.models.checksum import state_dict_checksum
-from trinity.common.models.engine import InferenceEngine, SamplingParams, TensorMeta, WeightSyncGroupInfo
+from trinity.common.models.engine import InferenceEngine, SamplingParams
 from trinity.common.models.hf_engine import EngineError, HFEngine
+from trinity.weight_transport.protocol import TensorMeta, WeightSyncGroupInfo
 
 CONV = [{"role": "user", "content": "Repeat the letter a."}]
 LONG_CONV = [{"role": "user", "content": "What is 12 plus 30? Please think step by step and give the answer."}]
@@ -258,7 +259,7 @@ def test_load_checkpoint_weights_reads_every_safetensors_file(fresh_engine: HFEn
 
 
 def test_online_receive_loads_the_broadcast_weights(fresh_engine: HFEngine) -> None:
-    from trinity.synchronizer.weight_sync import WeightSyncGroup, find_free_port, state_dict_metas
+    from trinity.weight_transport import WeightSyncGroup, find_free_port, state_dict_metas
 
     info = WeightSyncGroupInfo(
         master_addr="127.0.0.1", master_port=find_free_port("127.0.0.1"), world_size=2, rank_offset=1,

@@ -15,7 +15,7 @@ from trinity.common.constants import SyncMethod
 from trinity.common.models.checksum import state_dict_checksum
 from trinity.synchronizer.checkpoint_sync import load_weights
 from trinity.synchronizer.synchronizer import Synchronizer, SyncTimeoutError
-from trinity.synchronizer.weight_sync import state_dict_bytes
+from trinity.weight_transport.buckets import state_dict_bytes
 
 
 def sync_plan(**settings: Any) -> SyncPlan:

@@ -13,7 +13,7 @@ import torch
 from tests.plans import make_plan
 from trinity.common.config.plan.run import RunPlan
 from trinity.common.experience import Experience
-from trinity.common.models.engine import TensorMeta, WeightSyncGroupInfo
+from trinity.weight_transport.protocol import TensorMeta, WeightSyncGroupInfo
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
@@ -114,7 +114,7 @@ class EngineDouble:
         return 1
 
     def init_weight_sync(self, info: WeightSyncGroupInfo, first_rank: int) -> None:
-        from trinity.synchronizer.weight_sync import WeightSyncGroup
+        from trinity.weight_transport.group import WeightSyncGroup
 
         self.group = WeightSyncGroup.join(info, first_rank)
 
@@ -150,15 +150,15 @@ class EngineDouble:
 
     # -- bare weight-sync peer -------------------------------------------------------------
 
-    def join(self, info: WeightSyncGroupInfo, rank: int, generic: bool = False) -> None:
-        from trinity.synchronizer.weight_sync import WeightSyncGroup
+    def join(self, info: WeightSyncGroupInfo, rank: int) -> None:
+        from trinity.weight_transport.group import WeightSyncGroup
 
-        self.group = WeightSyncGroup._build(info, rank, generic=generic)
+        self.group = WeightSyncGroup.join(info, rank)
 
-    def create(self, info: WeightSyncGroupInfo, generic: bool = False) -> None:
-        from trinity.synchronizer.weight_sync import WeightSyncGroup
+    def create(self, info: WeightSyncGroupInfo) -> None:
+        from trinity.weight_transport.group import WeightSyncGroup
 
-        self.group = WeightSyncGroup._build(info, 0, generic=generic)
+        self.group = WeightSyncGroup.create(info)
 
     def receive(self, metas: Sequence[TensorMeta], bucket_bytes: int) -> str:
         from trinity.common.models.checksum import state_dict_checksum
@@ -177,7 +177,7 @@ class EngineDouble:
             self.group = None
 
     def node_address(self) -> tuple[str, int]:
-        from trinity.synchronizer.weight_sync import find_free_port
+        from trinity.weight_transport.addresses import find_free_port
 
         return "127.0.0.1", find_free_port()
 
@@ -196,17 +196,17 @@ class TrainerStub:
                 tensor.add_(value)
 
     def node_address(self) -> tuple[str, int]:
-        from trinity.synchronizer.weight_sync import find_free_port
+        from trinity.weight_transport.addresses import find_free_port
 
         return "127.0.0.1", find_free_port()
 
     def init_weight_sync(self, info: WeightSyncGroupInfo) -> None:
-        from trinity.synchronizer.weight_sync import WeightSyncGroup
+        from trinity.weight_transport.group import WeightSyncGroup
 
         self.group = WeightSyncGroup.create(info)
 
     def gather_weights(self) -> list[TensorMeta]:
-        from trinity.synchronizer.weight_sync import state_dict_metas
+        from trinity.weight_transport.buckets import state_dict_metas
 
         self._gathered = {k: v.clone() for k, v in self.state.items()}
         return state_dict_metas(self._gathered)

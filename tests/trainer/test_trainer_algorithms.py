@@ -54,7 +54,11 @@ def test_sft_steps_lower_the_loss(ray_local: Any, tiny_path: Path, tmp_path: Pat
         assert trainer.rank_info[0] == {
             "rank": 0, "backend": "cpu:gloo", "device": "cpu", "local_params": trainer.rank_info[0]["local_params"],
             "use_torch_compile": False, "reference": False, "critic": False,
+            "assignment": trainer.rank_info[0]["assignment"],
         }
+        # a rank in this process, outside any Ray actor: nothing claimed, the one visible device
+        assert trainer.rank_info[0]["assignment"]["source"] == "none"
+        assert trainer.rank_info[0]["assignment"]["local_index"] == 0
         data = make_experiences(groups=2, group_size=3, seed=6)
         before = trainer.full_state_dict()
         losses = [trainer.train_step(data)["sft_loss"] for _ in range(3)]

@@ -31,6 +31,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         "and which one the selection picks. Exits 1 when the selection fails.",
     )
     listing.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    _add_address(listing)
     listing.set_defaults(handler=cmd_list)
 
     show = actions.add_parser(
@@ -39,6 +40,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     show.add_argument("name", metavar="NAME", help="backend name, e.g. cpu, cuda, npu")
     show.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_address(show)
     show.set_defaults(handler=cmd_show)
 
     check = actions.add_parser(
@@ -51,16 +53,24 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     check.set_defaults(handler=cmd_check)
 
 
+def _add_address(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--address", default=None, metavar="ADDRESS",
+        help="read the Ray cluster at ADDRESS (host:port; 'auto': the running local cluster) and select as "
+        "`trinity run` would with it; default: RAY_ADDRESS. Without either, Ray is not touched",
+    )
+
+
 def _print_json(document: object) -> None:
     json.dump(document, sys.stdout, indent=2)
     sys.stdout.write("\n")
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    """Print the backend table (or JSON); exit 1 with the error on stderr when the selection fails."""
+    """Print the backend table (or JSON), the cluster's offer when one is named; exit 1 when the selection fails."""
     from trinity.cli import report
 
-    found = report.gather()
+    found = report.gather(args.address)
     document = report.listing(found)
     if args.json:
         _print_json(document)
@@ -79,7 +89,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     """Print everything known about backend ``args.name``; an unknown name is a usage error."""
     from trinity.cli import report
 
-    found = report.gather()
+    found = report.gather(args.address)
     document = report.details(report.find_record(found.records, args.name), found)
     if args.json:
         _print_json(document)

@@ -29,6 +29,7 @@ def dry_run(config_path: str, overrides: dict[str, Any], device_name: str | None
     from trinity.cli.plan_view import render_plan
     from trinity.common.config import load_config
     from trinity.common.config.plan.run import resolve_run
+    from trinity.common.config.precision import resolve_precision
     from trinity.common.config.preflight import preflight
     from trinity.common.config.validator import resolve_layout
 
@@ -47,7 +48,8 @@ def dry_run(config_path: str, overrides: dict[str, Any], device_name: str | None
         if plan.stage is not None and plan.stage[0] > 1:
             warnings = [w for w in warnings if not w.startswith("model.model_path")]
             warnings.append("model.model_path: this stage starts from the previous stage's final model")
-        reports.append(render_plan(plan, layout, backend_line, warnings, config_path))
+        precision = resolve_precision(plan, backend)
+        reports.append(render_plan(plan, layout, backend_line, warnings, config_path, precision=precision))
     print("\n\n".join(reports))
     print("\nthe config is valid" + (" (see the warnings above)" if any("warnings" in r for r in reports) else ""))
     return 0

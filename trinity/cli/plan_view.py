@@ -7,6 +7,7 @@ from typing import Any
 
 from trinity.common.config.plan.data import DatasetPlan, TasksetPlan
 from trinity.common.config.plan.run import RunPlan
+from trinity.common.config.precision import Precision
 from trinity.common.config.validator import Layout
 
 _WIDTH = 14
@@ -52,8 +53,12 @@ def _algorithm_lines(training: Any) -> list[str]:
             f"advantage {getattr(training, 'advantage_fn', None) or 'none'}"]
 
 
-def render_plan(plan: RunPlan, layout: Layout, backend_line: str, warnings: Sequence[str], source: str) -> str:
-    """Return the dry-run report of ``plan`` laid out as ``layout`` on the backend ``backend_line`` describes."""
+def render_plan(plan: RunPlan, layout: Layout, backend_line: str, warnings: Sequence[str], source: str, *,
+                precision: Precision | None = None) -> str:
+    """Return the dry-run report of ``plan`` laid out as ``layout`` on the backend ``backend_line`` describes.
+
+    ``precision``: the model dtype and attention kernel the backend decided, shown under ``model``.
+    """
     header = f"trinity run --dry-run: {source}"
     if plan.stage is not None:
         header += f" (stage {plan.stage[0]}/{plan.stage[1]}: {plan.stage[2]})"
@@ -66,9 +71,10 @@ def render_plan(plan: RunPlan, layout: Layout, backend_line: str, warnings: Sequ
                                    f"explorer ahead by {sync.offset}, timeout {sync.timeout:g} s"])
     lines += _section("algorithm", _algorithm_lines(plan.algorithm))
     model = plan.model
-    lines += _section("model", [f"{model.path}{' (built tiny if missing)' if model.tiny else ''}; dtype {model.dtype}; "
+    dtype = f"dtype {model.dtype}; " if precision is None else ""
+    lines += _section("model", [f"{model.path}{' (built tiny if missing)' if model.tiny else ''}; {dtype}"
                                 f"context {model.max_model_len} = prompt {model.max_prompt_tokens} + response "
-                                f"{model.max_response_tokens}"])
+                                f"{model.max_response_tokens}", *(precision.describe() if precision else [])])
     if plan.uses_trainer:
         trainer = plan.trainer
         lines += _section("trainer", [

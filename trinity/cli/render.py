@@ -11,7 +11,8 @@ import os
 import sys
 from typing import TextIO
 
-from trinity.cli.report import BackendDetails, BackendRow, CheckReport, Listing, SelectedJSON
+from trinity.cli.cluster_view import describe_offer
+from trinity.cli.report import BackendDetails, BackendRow, CheckReport, ClusterJSON, Listing, SelectedJSON
 
 #: Table width used when stdout is not a terminal (a pipe, a file) and ``COLUMNS`` is unset.
 PIPE_WIDTH = 160
@@ -23,6 +24,24 @@ def selection_line(selected: SelectedJSON | None, error: str | None) -> str:
     if selected is not None:
         return f"selected: {selected['name']} ({selected['source']}) — {selected['reason']}"
     return f"selected: none — {error or 'no selection was made'}"
+
+
+def cluster_line(cluster: ClusterJSON | None) -> str | None:
+    """Return ``Ray cluster at ADDRESS (from --address): 3 nodes; NPU: 8 on 2 nodes; ...``, or why none was read."""
+    if cluster is None:
+        return None
+    if cluster["address"] is None:
+        return f"Ray cluster: not read — {cluster['note']}"
+    nodes = cluster["nodes"]
+    offers = "; ".join(f"{key}: {describe_offer(offer)}" for key, offer in cluster["offer"].items())
+    return (f"Ray cluster at {cluster['address']} (from {cluster['origin']}): {nodes} node{'s' if nodes != 1 else ''}"
+            + (f"; {offers}" if offers else ""))
+
+
+def _cluster_cell(row: BackendRow) -> str:
+    if row["status"] != "ok" or not row["ray_resource_key"]:
+        return _NONE
+    return describe_offer(row["cluster_offer"] or [])
 
 
 def _available_cell(row: BackendRow) -> str:
@@ -54,10 +73,14 @@ def print_listing(doc: Listing, file: TextIO | None = None) -> None:
     wide = not out.isatty() and not os.environ.get("COLUMNS")
     console = Console(file=out, width=PIPE_WIDTH if wide else None, highlight=False)
     table = Table(title="trinity device backends", title_justify="left", show_edge=False, pad_edge=False)
-    for header, justify in (
+    read_cluster = doc["cluster"] is not None and doc["cluster"]["address"] is not None
+    headers = [
         ("", "left"), ("name", "left"), ("package", "left"), ("priority", "right"), ("available", "left"),
         ("devices", "right"), ("ray resource", "left"), ("collective", "left"), ("torch.compile", "left"),
-    ):
+    ]
+    if read_cluster:
+        headers.append(("cluster offers", "left"))
+    for header, justify in headers:
         table.add_column(header, justify=justify, no_wrap=header != "package")  # type: ignore[arg-type]
     notes: list[str] = []
     for row in doc["backends"]:
@@ -73,6 +96,8 @@ def print_listing(doc: Listing, file: TextIO | None = None) -> None:
             (row["collective_backend"] or _NONE) if ok else _NONE,
             _NONE if row["compile_supported"] is None else "yes" if row["compile_supported"] else "no",
         ]
+        if read_cluster:
+            cells.append(_cluster_cell(row))
         style = "bold" if row["selected"] else "red" if not ok else "dim" if not row["available"] else ""
         table.add_row(*(Text(cell) for cell in cells), style=style)
         notes.extend(_notes(row))
@@ -82,6 +107,9 @@ def print_listing(doc: Listing, file: TextIO | None = None) -> None:
         for note in notes:
             console.print(Text(note), soft_wrap=True)
     console.print()
+    cluster = cluster_line(doc["cluster"])
+    if cluster is not None:
+        console.print(Text(cluster), soft_wrap=True)
     console.print(Text(selection_line(doc['selected'], doc['selection_error'])), soft_wrap=True)
 
 
@@ -125,6 +153,8 @@ def print_details(doc: BackendDetails, file: TextIO | None = None) -> None:
             ("torch.compile", _yes_no(doc["compile_supported"], doc["compile_reason"])),
             ("selected", selected),
         ]
+        if doc["cluster"] is not None and doc["cluster"]["address"] is not None and doc["ray_resource_key"]:
+            fields.append(("cluster offers", f"{doc['ray_resource_key']}: {_cluster_cell(doc)}"))
     width = max(len(key) for key, _ in fields) + 2
     for key, value in fields:
         print(f"{key + ':':<{width}}{value}", file=out)
@@ -134,6 +164,9 @@ def print_details(doc: BackendDetails, file: TextIO | None = None) -> None:
         hook_width = max(len(name) for name in hooks) + 2
         for name, owner in hooks.items():
             print(f"  {name:<{hook_width}}{_OWNERS.get(owner, owner)}", file=out)
+    cluster = cluster_line(doc["cluster"])
+    if cluster is not None:
+        print(cluster, file=out)
     print(selection_line(doc['selection'], doc['selection_error']), file=out)
 
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Literal, TypedDict
 from trinity.cli.errors import EXIT_USAGE, CLIError
 
 if TYPE_CHECKING:
+    from trinity.cli.cluster_view import ClusterView, NodeCount
     from trinity.device.backend import Backend
     from trinity.device.errors import DeviceError
     from trinity.device.loader import BackendRecord
@@ -26,7 +27,8 @@ class BackendRow(TypedDict):
 
     #: Backend name (the entry point's name).
     name: str
-    #: Distribution providing it (``trinity-backend-npu``); several, comma-separated, on a name clash.
+    #: Distribution providing it (``trinity-backend-npu``); on a name clash each clashing one with
+    #: its version, comma-separated (``version`` is then null).
     distribution: str
     #: That distribution's version; null when unknown.
     version: str | None
@@ -62,6 +64,9 @@ class BackendRow(TypedDict):
     compile_reason: str | None
     #: Whether this is the backend the selection chose.
     selected: bool
+    #: What the Ray cluster's nodes offer of ``ray_resource_key`` (``[]``: nothing); null when no
+    #: cluster was read or the backend has no key.
+    cluster_offer: list[NodeCount] | None
 
 
 class SelectedJSON(TypedDict):
@@ -75,9 +80,28 @@ class SelectedJSON(TypedDict):
     reason: str
 
 
+class ClusterJSON(TypedDict):
+    """The Ray cluster as ``--json`` prints it (null in the documents when no address was given)."""
+
+    #: The address as given (``host:port``, ``auto``, ``local``).
+    requested: str
+    #: Where it was given: ``--address`` or ``RAY_ADDRESS``.
+    origin: str
+    #: The address connected to; null when nothing was read (``local``, ``auto`` with no cluster).
+    address: str | None
+    #: Alive nodes.
+    nodes: int
+    #: Each schedulable resource (``CPU``, ``GPU``, ``NPU``, custom keys): amount per node, nodes offering it.
+    offer: dict[str, list[NodeCount]]
+    #: Why no cluster was read, when none was.
+    note: str | None
+
+
 class Listing(TypedDict):
     """The whole ``trinity backends list --json`` document."""
 
+    #: The Ray cluster read with ``--address``/``RAY_ADDRESS`` (it took part in the selection); null without.
+    cluster: ClusterJSON | None
     #: The chosen backend; null when the selection failed.
     selected: SelectedJSON | None
     #: The selection's error message, one line; null when it succeeded.
@@ -99,6 +123,8 @@ class BackendDetails(BackendRow):
     selection: SelectedJSON | None
     #: The selection's error message when it failed; null otherwise.
     selection_error: str | None
+    #: The Ray cluster read with ``--address``/``RAY_ADDRESS``; null without.
+    cluster: ClusterJSON | None
 
 
 class CheckJSON(TypedDict):
@@ -141,16 +167,22 @@ class Gathered:
     selection_error: DeviceError | None
     #: Seconds each probe was allowed.
     probe_timeout_s: float
+    #: The Ray cluster read for the selection; None when no address was given.
+    cluster: ClusterView | None = None
 
 
-def gather() -> Gathered:
-    """Discover, probe every loadable backend concurrently, then select as the framework would.
+def gather(address: str | None = None) -> Gathered:
+    """Discover, probe every loadable backend concurrently, then select as ``trinity run`` would.
 
-    A selection failure (unknown ``TRINITY_DEVICE``, unavailable forced
-    backend, bad ``TRINITY_PROBE_TIMEOUT``) is kept, not raised: the listing
-    is still worth printing. An invalid timeout falls back to the default for
-    the probes here.
+    ``address`` (else ``RAY_ADDRESS``) names a Ray cluster whose resources
+    take part in the selection, as they do for ``trinity run``; without one
+    Ray is not touched. A selection failure (unknown ``TRINITY_DEVICE``,
+    unavailable forced backend, bad ``TRINITY_PROBE_TIMEOUT``) is kept, not
+    raised: the listing is still worth printing. An invalid timeout falls back
+    to the default for the probes here. Raises :class:`CLIError` when the
+    cluster cannot be reached.
     """
+    from trinity.cli.cluster_view import read_cluster
     from trinity.device import facade
     from trinity.device import selection as device_selection
     from trinity.device.backend import DEFAULT_PROBE_TIMEOUT_S
@@ -161,14 +193,36 @@ def gather() -> Gathered:
         timeout_s = device_selection.probe_timeout(os.environ)
     except DeviceError:
         timeout_s = DEFAULT_PROBE_TIMEOUT_S  # select_backend() below reports the bad value
-    device_selection.probe_all([r.backend for r in records if r.backend is not None], timeout_s)
+    loaded = [r.backend for r in records if r.backend is not None]
+    for backend in loaded:
+        backend.start_probe()  # the probes run while the cluster is read
+    cluster = read_cluster(address)
+    device_selection.probe_all(loaded, timeout_s)
+    resources = cluster.resources if cluster is not None and cluster.connected else None
     chosen: Selection | None = None
     error: DeviceError | None = None
     try:
-        chosen = facade.select_backend()
+        chosen = facade.select_backend(cluster_resources=resources)
     except DeviceError as exc:
         error = exc
-    return Gathered(records, chosen, error, timeout_s)
+    return Gathered(records, chosen, error, timeout_s, cluster)
+
+
+def cluster_json(found: Gathered) -> ClusterJSON | None:
+    """Return the cluster of ``found`` as JSON-able data, None when no address was given."""
+    view = found.cluster
+    if view is None:
+        return None
+    return {
+        "requested": view.requested, "origin": view.origin, "address": view.address, "nodes": len(view.nodes),
+        "offer": view.offers(), "note": view.note,
+    }
+
+
+def _cluster_offer(record_key: str | None, found: Gathered) -> list[NodeCount] | None:
+    if found.cluster is None or not found.cluster.connected or not record_key:
+        return None
+    return found.cluster.offer(record_key)
 
 
 def selected_json(found: Gathered) -> SelectedJSON | None:
@@ -181,6 +235,7 @@ def selected_json(found: Gathered) -> SelectedJSON | None:
 def listing(found: Gathered) -> Listing:
     """Return the ``trinity backends list --json`` document for ``found``."""
     return {
+        "cluster": cluster_json(found),
         "selected": selected_json(found),
         "selection_error": _one_line(found.selection_error),
         "backends": [backend_row(record, found) for record in found.records],
@@ -197,7 +252,7 @@ def backend_row(record: BackendRecord, found: Gathered) -> BackendRow:
             "priority": None, "device_type": None, "description": None, "spec_version": None,
             "available": None, "device_count": None, "reason": None, "ray_resource_key": None,
             "collective_backend": None, "visible_devices_env": None, "compile_supported": None,
-            "compile_reason": None, "selected": False,
+            "compile_reason": None, "selected": False, "cluster_offer": None,
         }
     info = backend.info
     probe = backend.probe(found.probe_timeout_s)
@@ -222,6 +277,7 @@ def backend_row(record: BackendRecord, found: Gathered) -> BackendRow:
         "compile_supported": compile_supported,
         "compile_reason": compile_reason,
         "selected": found.selection is not None and found.selection.backend is backend,
+        "cluster_offer": _cluster_offer(info.ray_resource_key, found),
     }
 
 
@@ -246,6 +302,7 @@ def details(record: BackendRecord, found: Gathered) -> BackendDetails:
         "hooks": hooks,
         "selection": selected_json(found),
         "selection_error": _one_line(found.selection_error),
+        "cluster": cluster_json(found),
     }
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,11 @@ def _answers(address: str, timeout_s: float = 1.0) -> bool:
         return False
 
 
+def reachable(address: str, timeout_s: float = 1.0) -> bool:
+    """Return True when something accepts a TCP connection at ``address`` (``host:port``) within ``timeout_s``."""
+    return _answers(address, timeout_s)
+
+
 def running_local_cluster() -> str | None:
     """Return the GCS address of a live local cluster recorded by Ray, or None."""
     try:
@@ -60,9 +66,12 @@ def running_local_cluster() -> str | None:
     return address if address and _answers(address) else None
 
 
-def connect(address: str = "", num_cpus: int | None = None, **init_kwargs: Any) -> RayConnection:
+def connect(address: str = "", num_cpus: int | None = None,
+            local_resources: Callable[[], Mapping[str, float]] | None = None, **init_kwargs: Any) -> RayConnection:
     """Connect to Ray at ``address``, else to ``RAY_ADDRESS``, else to a live local cluster, else start one.
 
+    ``local_resources()`` (asked only when a local cluster is started here)
+    returns custom resources the new node offers beside the ones Ray detects.
     Raises :class:`RayConnectionError` when a given address cannot be reached.
     """
     import ray
@@ -92,7 +101,8 @@ def connect(address: str = "", num_cpus: int | None = None, **init_kwargs: Any) 
     if live:
         ray.init(address=live, **kwargs)
         return RayConnection(address=live, started_here=False)
-    ray.init(address="local", num_cpus=num_cpus, **kwargs)
+    resources = dict(local_resources()) if local_resources is not None else {}
+    ray.init(address="local", num_cpus=num_cpus, resources=resources or None, **kwargs)
     return RayConnection(address="local", started_here=True)
 
 

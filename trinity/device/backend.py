@@ -8,6 +8,7 @@ backend's or the default) and stores it as an attribute. Calling
 
 from __future__ import annotations
 
+import datetime
 import queue
 import threading
 import time
@@ -19,10 +20,21 @@ import pluggy
 
 from trinity.device import spec
 from trinity.device.defaults import DefaultHooks
-from trinity.device.types import BackendInfo, CompileSupport, DoctorCheck, MemoryStats, ProbeResult
+from trinity.device.types import (
+    AttentionChoice,
+    BackendInfo,
+    CollectiveGroup,
+    CompileSupport,
+    DoctorCheck,
+    DtypeSupport,
+    MemoryStats,
+    ProbeResult,
+)
 
 _T = TypeVar("_T")
 
+#: The config value that leaves the model dtype to the backend (its preferred dtype).
+AUTO_DTYPE = "auto"
 #: Seconds a probe may take before the backend is reported unavailable.
 DEFAULT_PROBE_TIMEOUT_S = 10.0
 
@@ -197,6 +209,55 @@ class Backend:
     def worker_env(self, self_managed_devices: bool = False) -> dict[str, str]:
         """Return the environment a Ray worker of this backend must be started with."""
         return cast(dict[str, str], self._expect("trinity_worker_env", dict, self_managed_devices))
+
+    def stateless_process_group(
+        self, collective: str, store: Any, *, rank: int, world_size: int, timeout: datetime.timedelta, group_name: str
+    ) -> CollectiveGroup:
+        """Return a ``collective`` group over ``store`` that needs no default process group (a rendezvous).
+
+        Raises :class:`~trinity.device.errors.CollectiveGroupError` when the
+        backend has no route for ``collective``, and whatever the collective
+        raises when the members do not meet within ``timeout``.
+        """
+        return self._expect(
+            "trinity_stateless_process_group", CollectiveGroup, collective, store, rank, world_size, timeout, group_name
+        )
+
+    def supported_dtypes(self) -> DtypeSupport:
+        """Return the dtypes models compute in on this backend's device, the preferred one first."""
+        support = self._expect("trinity_supported_dtypes", DtypeSupport)
+        if not support.supported or not all(isinstance(d, str) and d for d in support.supported):
+            from trinity.device.errors import DeviceError
+
+            raise DeviceError(
+                f"backend {self.name!r}: hook trinity_supported_dtypes returned no dtype names "
+                f"({support.supported!r}); this is a bug in the backend package"
+            )
+        return support
+
+    def resolve_dtype(self, requested: str) -> str:
+        """Return the dtype models are loaded in for the config value ``requested``.
+
+        ``"auto"`` becomes the backend's preferred dtype; any other name is
+        returned when the device supports it. Raises
+        :class:`~trinity.device.errors.UnsupportedDtypeError` with the
+        backend's reason otherwise.
+        """
+        support = self.supported_dtypes()
+        if requested == AUTO_DTYPE:
+            return support.preferred
+        if requested in support.supported:
+            return requested
+        from trinity.device.errors import UnsupportedDtypeError
+
+        raise UnsupportedDtypeError(
+            f"dtype {requested} is not supported on the {self.name} backend: {support.reason(requested)}; "
+            f"use one of {', '.join(support.supported)} (or auto: {support.preferred})"
+        )
+
+    def attention_implementation(self, dtype: str) -> AttentionChoice:
+        """Return the attention kernel (``attn_implementation``) to load models with in ``dtype``."""
+        return self._expect("trinity_attention_implementation", AttentionChoice, dtype)
 
     def doctor(self) -> list[DoctorCheck]:
         """Run the backend's checks, then the core's; a raising or malformed check becomes a ``fail``."""

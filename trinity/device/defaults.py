@@ -9,14 +9,25 @@ torch is imported on first use, never at load time.
 
 from __future__ import annotations
 
+import datetime
 import importlib
 import importlib.util
 import os
 from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
+from typing import Any
 
+from trinity.device.collectives import default_stateless_group
 from trinity.device.spec import hookimpl
-from trinity.device.types import BackendInfo, CompileSupport, DoctorCheck, MemoryStats
+from trinity.device.types import (
+    AttentionChoice,
+    BackendInfo,
+    CollectiveGroup,
+    CompileSupport,
+    DoctorCheck,
+    DtypeSupport,
+    MemoryStats,
+)
 
 
 def forwarded_env(
@@ -36,6 +47,13 @@ def forwarded_env(
     if self_managed_devices and info.visible_devices_env:
         env[f"RAY_EXPERIMENTAL_NOSET_{info.visible_devices_env}"] = "1"
     return env
+
+
+#: What torch's own kernels compute in on the host CPU; float32 first: exact, and fastest on CPUs
+#: without native bfloat16 instructions.
+DEFAULT_DTYPES = DtypeSupport(supported=("float32", "bfloat16", "float16"))
+#: torch's ``scaled_dot_product_attention``: every torch device type has it.
+DEFAULT_ATTENTION = AttentionChoice("sdpa", "torch scaled_dot_product_attention")
 
 
 class DefaultHooks:
@@ -125,8 +143,25 @@ class DefaultHooks:
         return forwarded_env(self._info, os.environ, self_managed_devices)
 
     @hookimpl(trylast=True)
+    def trinity_supported_dtypes(self) -> DtypeSupport:
+        return DEFAULT_DTYPES
+
+    @hookimpl(trylast=True)
+    def trinity_attention_implementation(self, dtype: str) -> AttentionChoice:
+        return DEFAULT_ATTENTION
+
+    @hookimpl(trylast=True)
     def trinity_doctor(self) -> list[DoctorCheck]:
         return [torch_install_check()]
+
+    @hookimpl(trylast=True)
+    def trinity_stateless_process_group(  # noqa: PLR0917 - pluggy passes arguments by name
+        self, collective: str, store: Any, rank: int, world_size: int, timeout: datetime.timedelta, group_name: str
+    ) -> CollectiveGroup:
+        return default_stateless_group(
+            collective, store, rank, world_size, timeout,
+            group_name=group_name, device_type=self._info.device_type, backend_name=self._info.name,
+        )
 
 
 def torch_install_check() -> DoctorCheck:
@@ -144,4 +179,4 @@ def torch_install_check() -> DoctorCheck:
     return DoctorCheck("torch", "ok", f"torch {torch_version} installed", facts={"torch": torch_version})
 
 
-__all__ = ["DefaultHooks", "forwarded_env", "torch_install_check"]
+__all__ = ["DEFAULT_ATTENTION", "DEFAULT_DTYPES", "DefaultHooks", "forwarded_env", "torch_install_check"]

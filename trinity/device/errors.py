@@ -37,3 +37,11 @@ class InvalidDeviceRequestError(DeviceError):
     """A device request is malformed (e.g. a negative local rank, a bad timeout)."""
 
     exit_code = EXIT_USAGE
+
+
+class CollectiveGroupError(DeviceError):
+    """A stateless process group (``trinity_stateless_process_group``) cannot be built for a collective."""
+
+
+class UnsupportedDtypeError(DeviceError):
+    """A model dtype was asked for that the selected device cannot compute in."""

@@ -8,6 +8,7 @@ Nothing here imports torch until a question needs it.
 
 from __future__ import annotations
 
+import datetime
 import logging
 import sys
 import threading
@@ -19,7 +20,14 @@ from trinity.device import selection as _selection
 from trinity.device.backend import Backend
 from trinity.device.errors import InvalidDeviceRequestError
 from trinity.device.loader import BackendRecord, discover
-from trinity.device.types import CompileSupport, DoctorCheck, MemoryStats
+from trinity.device.types import (
+    AttentionChoice,
+    CollectiveGroup,
+    CompileSupport,
+    DoctorCheck,
+    DtypeSupport,
+    MemoryStats,
+)
 
 logger = logging.getLogger("trinity.device")
 
@@ -83,8 +91,11 @@ def current_backend() -> Backend:
 
 
 def reset() -> None:
-    """Forget discovery and selection (tests, or after installing a backend at run time)."""
+    """Forget discovery, selection and this process's device assignment (tests, or after installing a backend)."""
     global _records, _current
+    from trinity.device.assignment import release_devices
+
+    release_devices()
     with _lock:
         _records = None
         _current = None
@@ -140,6 +151,19 @@ def ray_actor_resources(amount: float = 1) -> dict[str, Any]:
     from trinity.device.ray_resources import ray_resource_options
 
     return ray_resource_options(current_backend().info.ray_resource_key, amount)
+
+
+def local_ray_resources(choice: str | None = None) -> dict[str, float]:
+    """Return the custom resources a Ray node started on this machine must declare for its devices.
+
+    The backend is selected from this machine alone (``choice`` as in
+    :func:`select_backend`); ``{key: device count}`` when its resource key is
+    one Ray does not detect by itself (a vendor's), else ``{}``.
+    """
+    from trinity.device.ray_resources import local_node_resources
+
+    backend = select_backend(choice).backend
+    return local_node_resources(backend.info.ray_resource_key, backend.probe().device_count)
 
 
 def get_process_group_backend() -> str:
@@ -220,6 +244,25 @@ def supports_torch_compile() -> bool:
     return torch_compile_support().supported
 
 
+def supported_dtypes() -> DtypeSupport:
+    """Return the dtypes models compute in on the selected device, the preferred one first."""
+    return current_backend().supported_dtypes()
+
+
+def resolve_dtype(requested: str) -> str:
+    """Return the dtype to load models in for the config value ``requested`` (``auto``: the device's preferred).
+
+    Raises :class:`~trinity.device.errors.UnsupportedDtypeError` with the
+    backend's reason when the selected device cannot compute in it.
+    """
+    return current_backend().resolve_dtype(requested)
+
+
+def attention_implementation(dtype: str) -> AttentionChoice:
+    """Return the attention kernel (transformers' ``attn_implementation``) for models in ``dtype`` here."""
+    return current_backend().attention_implementation(dtype)
+
+
 def visible_devices_env(device_ids: Sequence[int]) -> dict[str, str]:
     """Return the environment restricting a process to ``device_ids`` on the selected backend."""
     return current_backend().visible_devices_env(device_ids)
@@ -249,6 +292,20 @@ def ray_assigned_devices_env() -> dict[str, str]:
 def worker_env(self_managed_devices: bool = False) -> dict[str, str]:
     """Return the environment every Ray worker must get: the decision and the backend's needs."""
     return _selection.worker_environment(current_selection(), self_managed_devices)
+
+
+def stateless_process_group(
+    collective: str, store: Any, *, rank: int, world_size: int, timeout: datetime.timedelta, group_name: str
+) -> CollectiveGroup:
+    """Return a ``collective`` group over ``store`` built by the selected backend, with no default process group.
+
+    Every member calls this concurrently (it is a rendezvous). Raises
+    :class:`~trinity.device.errors.CollectiveGroupError` when the backend has
+    no route for ``collective``.
+    """
+    return current_backend().stateless_process_group(
+        collective, store, rank=rank, world_size=world_size, timeout=timeout, group_name=group_name
+    )
 
 
 def doctor(name: str | None = None) -> list[DoctorCheck]:

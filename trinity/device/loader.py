@@ -8,6 +8,7 @@ present and cannot be shadowed.
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import re
 from collections import defaultdict
@@ -37,7 +38,8 @@ class BackendRecord:
 
     #: Backend name (the entry point's name).
     name: str
-    #: Distribution that provides it, e.g. ``trinity-backend-npu``.
+    #: Distribution that provides it, e.g. ``trinity-backend-npu``; on a name clash every
+    #: clashing distribution with its version, comma-separated (``version`` is then "").
     distribution: str
     #: That distribution's version ("" when unknown).
     version: str
@@ -102,7 +104,8 @@ def load_plugin(
     try:
         manager.register(plugin, name=f"backend-{id(plugin)}")
     except pluggy.PluginValidationError as exc:
-        raise PluginRejected(f"does not match the DeviceBackend spec: {_first_line(exc)}") from exc
+        detail = _undeclared_arguments(plugin, manager, expected_name) or _first_line(exc)
+        raise PluginRejected(f"does not match the DeviceBackend spec: {detail}") from exc
     except ValueError as exc:  # pluggy: this very object is registered already
         raise PluginRejected(f"is already loaded under another backend name ({exc})") from exc
     try:
@@ -117,7 +120,7 @@ def _validated(plugin: object, expected_name: str | None, manager: pluggy.Plugin
     unknown = sorted(caller.name for caller in callers if not caller.has_spec())
     if unknown:
         raise PluginRejected(
-            f"does not match the DeviceBackend spec: unknown hook(s) {', '.join(unknown)} "
+            f"does not match the DeviceBackend spec: unknown hook(s) {', '.join(_with_suggestion(n) for n in unknown)} "
             f"(this trinity-rft speaks spec {spec.SPEC_VERSION}; see trinity/device/spec.py)"
         )
     own = {caller.name for caller in callers}
@@ -130,6 +133,51 @@ def _validated(plugin: object, expected_name: str | None, manager: pluggy.Plugin
     except Exception as exc:
         raise PluginRejected(f"trinity_backend_info raised {type(exc).__name__}: {exc}") from exc
     return Backend(plugin, manager, _checked_info(info, expected_name))
+
+
+def spec_hook_names() -> list[str]:
+    """Return the name of every hook the DeviceBackend spec declares."""
+    return sorted(name for name in dir(spec) if name.startswith(_HOOK_PREFIX) and callable(getattr(spec, name)))
+
+
+def _with_suggestion(hook_name: str) -> str:
+    """Return ``hook_name``, plus the spec hook it is most likely a misspelling of."""
+    # Compared without the shared prefix, which would make every name look alike.
+    stems = [name.removeprefix(_HOOK_PREFIX) for name in spec_hook_names()]
+    close = difflib.get_close_matches(hook_name.removeprefix(_HOOK_PREFIX), stems, n=1, cutoff=0.7)
+    return f"{hook_name} (did you mean {_HOOK_PREFIX}{close[0]}?)" if close else hook_name
+
+
+def _plugin_module(plugin: object) -> str:
+    """Return the module a plugin object comes from (its own name when it is a module)."""
+    if inspect.ismodule(plugin):
+        return plugin.__name__
+    return type(plugin).__module__
+
+
+def _undeclared_arguments(plugin: object, manager: pluggy.PluginManager, expected_name: str | None) -> str | None:
+    """Say which hook of ``plugin`` takes an argument its spec does not declare; None when none does."""
+    for attr in sorted(dir(plugin)):
+        caller = getattr(manager.hook, attr, None) if attr.startswith(_HOOK_PREFIX) else None
+        if caller is None or caller.spec is None:
+            continue
+        try:
+            taken = [
+                p.name for p in inspect.signature(getattr(plugin, attr)).parameters.values()
+                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+            ]
+        except (TypeError, ValueError):
+            continue
+        declared = tuple(caller.spec.argnames)
+        extra = [name for name in taken if name not in declared]
+        if extra:
+            who = f"backend {expected_name!r}" if expected_name else "the backend"
+            return (
+                f"{attr}({', '.join(taken)}) of {who} (module {_plugin_module(plugin)}) takes argument(s) "
+                f"{', '.join(extra)} that the spec does not declare; the spec's arguments are "
+                f"({', '.join(declared)}): rename them, or drop them"
+            )
+    return None
 
 
 def _reject_unmarked_hooks(plugin: object) -> None:
@@ -225,11 +273,13 @@ def discover(entry_points_found: Iterable[EntryPoint] | None = None) -> dict[str
             )
             continue
         if len(eps) > 1:
-            dists = " and ".join(sorted(f"{_dist_name(ep)} ({ep.value})" for ep in eps))
+            each = sorted(f"{_dist_name(ep)} {_dist_version(ep)}".strip() for ep in eps)
+            dists = " and ".join(sorted(f"{_dist_name(ep)} {_dist_version(ep)} ({ep.value})" for ep in eps))
             records[name] = _broken(
                 eps[0],
                 f"backend name {name!r} is registered by {dists}; uninstall one of them",
-                distribution=", ".join(sorted(_dist_name(ep) for ep in eps)),
+                distribution=", ".join(each),
+                version="",
             )
             continue
         records[name] = _load_entry_point(eps[0], manager)
@@ -257,11 +307,11 @@ def _load_entry_point(ep: EntryPoint, manager: pluggy.PluginManager) -> BackendR
     )
 
 
-def _broken(ep: EntryPoint, error: str, distribution: str | None = None) -> BackendRecord:
+def _broken(ep: EntryPoint, error: str, distribution: str | None = None, version: str | None = None) -> BackendRecord:
     return BackendRecord(
         name=ep.name,
         distribution=distribution or _dist_name(ep),
-        version=_dist_version(ep),
+        version=_dist_version(ep) if version is None else version,
         target=ep.value,
         status="broken",
         error=error,

@@ -27,19 +27,30 @@ Rules that hold for every hook:
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Sequence
 from types import ModuleType
+from typing import Any
 
 import pluggy
 
-from trinity.device.types import BackendInfo, CompileSupport, DoctorCheck, MemoryStats, ProbeResult
+from trinity.device.types import (
+    AttentionChoice,
+    BackendInfo,
+    CollectiveGroup,
+    CompileSupport,
+    DoctorCheck,
+    DtypeSupport,
+    MemoryStats,
+    ProbeResult,
+)
 
 #: The pluggy project name; markers and entry points use it.
 PROJECT_NAME = "trinity"
 #: Entry-point group under which backend distributions register.
 ENTRY_POINT_GROUP = "trinity.backends"
 #: Version of this contract. Bumped when a hook is added or its meaning changes.
-SPEC_VERSION = 1
+SPEC_VERSION = 2
 #: Oldest contract version a backend may target and still be loaded.
 MIN_SPEC_VERSION = 1
 #: Hooks a backend must implement itself (no default exists).
@@ -161,6 +172,33 @@ def trinity_worker_env(self_managed_devices: bool) -> dict[str, str]:  # type: i
     """
 
 
+@hookspec(firstresult=True)
+def trinity_supported_dtypes() -> DtypeSupport:  # type: ignore[empty-body]
+    """Return the floating-point dtypes models compute in on this device, preferred first.
+
+    Called on the driver when a run is planned (``dtype: auto`` becomes
+    ``preferred``; a dtype outside ``supported`` is refused with its entry in
+    ``unsupported``) and again in each worker that loads a model. Like the
+    probe, it must not initialise the device: answer from static facts or
+    context-free driver queries, and say in ``note`` when the device could
+    not be asked. Default: ``float32`` (preferred), ``bfloat16``, ``float16``:
+    what torch's own kernels compute in on the host CPU.
+    """
+
+
+@hookspec(firstresult=True)
+def trinity_attention_implementation(dtype: str) -> AttentionChoice:  # type: ignore[empty-body]
+    """Return the attention kernel transformers models are loaded with in ``dtype``.
+
+    ``dtype`` is a torch dtype name from ``trinity_supported_dtypes``. The
+    answer's ``implementation`` is passed as ``attn_implementation`` to
+    ``from_pretrained`` by the trainer and the ``hf`` engine. Called on the
+    driver for the plan and in workers before loading, so the same rule as
+    for ``trinity_supported_dtypes`` applies. Default: ``sdpa`` (torch's
+    ``scaled_dot_product_attention``, which every torch device type has).
+    """
+
+
 @hookspec
 def trinity_doctor() -> list[DoctorCheck]:  # type: ignore[empty-body]
     """Return diagnostic checks for ``trinity backends check``.
@@ -169,6 +207,36 @@ def trinity_doctor() -> list[DoctorCheck]:  # type: ignore[empty-body]
     default (which checks the torch install), so a backend adds only its own
     checks: driver, runtime libraries, versions. A check must not raise; report
     a ``fail`` with a fix instead.
+    """
+
+
+@hookspec(firstresult=True)
+def trinity_stateless_process_group(  # type: ignore[empty-body]  # noqa: PLR0917 - pluggy passes arguments by name
+    collective: str, store: Any, rank: int, world_size: int, timeout: datetime.timedelta, group_name: str
+) -> CollectiveGroup:
+    """Build a process group of ``world_size`` members over ``store``, without a default process group.
+
+    Used for the weight-sync group between trainer rank 0 and the rollout
+    engines, which are in no common ``init_process_group`` world. Called once
+    per member, concurrently; the call may block until every member has
+    joined (a rendezvous) and must raise when that takes longer than
+    ``timeout``.
+
+    * ``collective``: the c10d backend asked for, normally
+      ``info.collective_backend``; ``"gloo"`` for CPU tensors.
+    * ``store``: a c10d ``Store`` whose keys belong to this group alone.
+    * ``rank`` / ``world_size``: this member's rank and the group's size.
+    * ``timeout``: how long collectives (and the rendezvous) may wait.
+    * ``group_name``: a name unique to this group, for the collective's own
+      bookkeeping (communicator names, logs).
+
+    Return a :class:`~trinity.device.types.CollectiveGroup` whose
+    ``process_group.broadcast(tensor, root)`` works without registration in
+    torch's default world. Default: ``gloo`` through ``ProcessGroupGloo``,
+    ``nccl`` through ``ProcessGroupNCCL`` (public torch classes), any other
+    name raises :class:`~trinity.device.errors.CollectiveGroupError` saying
+    this hook is needed. Implement it for your own collective and hand every
+    other name to ``trinity.device.collectives.default_stateless_group``.
     """
 
 
@@ -186,4 +254,7 @@ SINGLE_ANSWER_HOOKS = (
     "trinity_manual_seed",
     "trinity_visible_devices_env",
     "trinity_worker_env",
+    "trinity_stateless_process_group",
+    "trinity_supported_dtypes",
+    "trinity_attention_implementation",
 )

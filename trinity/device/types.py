@@ -7,7 +7,7 @@ own objects. All are immutable so a cached answer cannot be changed by a caller.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 
 @dataclass(frozen=True)
@@ -94,3 +94,48 @@ class DoctorCheck:
     fix: str = ""
     #: Extra structured facts (versions, paths) for ``--json`` output.
     facts: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CollectiveGroup:
+    """A process group built without a default process group (``trinity_stateless_process_group``)."""
+
+    #: The c10d process-group object. ``process_group.broadcast(tensor, root)`` returns a work
+    #: handle whose ``wait()`` blocks until the tensor is in place; ``shutdown()``, when present,
+    #: releases the group.
+    process_group: Any
+    #: Device type the group's tensors must live on (``"cpu"`` for gloo, the backend's otherwise).
+    device_type: str
+    #: The collective the group runs (``"gloo"``, ``"nccl"``, ``"hccl"``).
+    collective: str
+
+
+@dataclass(frozen=True)
+class DtypeSupport:
+    """The floating-point dtypes models compute in on a device, by torch name (``"bfloat16"``)."""
+
+    #: Dtypes the device computes models in, the preferred one first (what ``dtype: auto`` becomes).
+    supported: tuple[str, ...]
+    #: Why a dtype is not supported, by name, phrased so a user knows what to choose instead.
+    unsupported: dict[str, str] = field(default_factory=dict)
+    #: A remark on how the answer was found (e.g. the device could not be asked here); may be empty.
+    note: str = ""
+
+    @property
+    def preferred(self) -> str:
+        """The dtype models are loaded in when the config leaves the choice to the device."""
+        return self.supported[0]
+
+    def reason(self, dtype: str) -> str:
+        """Return why ``dtype`` cannot be used (the backend's reason when it gave one)."""
+        return self.unsupported.get(dtype) or f"{dtype} is not among the supported {', '.join(self.supported)}"
+
+
+@dataclass(frozen=True)
+class AttentionChoice:
+    """The attention kernel models are loaded with (transformers' ``attn_implementation``)."""
+
+    #: ``"sdpa"``, ``"eager"``, ``"flash_attention_2"``, ... as ``from_pretrained`` accepts it.
+    implementation: str
+    #: Why this one (shown in the plan), e.g. what to install for a faster kernel.
+    reason: str = ""

@@ -6,6 +6,7 @@ import contextlib
 import logging
 from pathlib import Path
 
+from trinity.launcher.device_record import write_device_record
 from trinity.launcher.evaluation import evaluate
 from trinity.launcher.session import Session
 from trinity.launcher.steps import call_all, monitor_for, scheduler_for, start_engines
@@ -47,6 +48,7 @@ def run_bench(session: Session) -> None:
             metrics["bench/model_version"] = float(min(call_all(engines.rollout, "model_version")))
             monitor.log(metrics, step=step, phase=PHASE_EVAL)
 
+        write_device_record(session, engines=engines)
         evaluate_now(0)
         for step in steps:
             try:

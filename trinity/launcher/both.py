@@ -18,6 +18,7 @@ import contextlib
 import logging
 from typing import Any
 
+from trinity.launcher.device_record import write_device_record
 from trinity.launcher.evaluation import evaluate
 from trinity.launcher.placement import place
 from trinity.launcher.session import Session
@@ -77,6 +78,7 @@ def run_both(session: Session) -> None:
         stack.callback(trainer.shutdown)
         engines = start_engines(session, placement)
         stack.callback(engines.shutdown)
+        write_device_record(session, trainer, engines)
         storage = make_storage(plan.buffer.experience, run_dir=session.run_dir)
         stack.callback(storage.close)
         pipeline = pipeline_for(session, storage, trainer.pad_token_id, recorder_for(session))

@@ -8,6 +8,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from trinity.launcher.device_record import write_device_record
 from trinity.launcher.session import Session
 from trinity.launcher.steps import (
     EngineSet,
@@ -103,6 +104,7 @@ def _explore(session: Session, tasks: Any, storage: Any, state_file: Path) -> No
         scheduler = scheduler_for(session, engines)
         monitor = monitor_for(session, session.plan.buffer.total_steps)
         stack.callback(monitor.close)
+        write_device_record(session, engines=engines)
         _explore_batches(session, tasks, engines=engines, scheduler=scheduler, pipeline=pipeline, monitor=monitor,
                          state_file=state_file)
 

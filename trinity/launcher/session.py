@@ -59,10 +59,12 @@ def open_session(plan: RunPlan) -> Session:
     """Build the model if asked, connect Ray, select the device backend from the cluster, validate the layout."""
     import ray
 
+    from trinity.common.config.precision import check_named_backend
     from trinity.common.config.preflight import preflight
 
     plan = fresh_run_dir(plan)
     preflight(plan)  # files and folders, before Ray starts: one line on the first problem
+    check_named_backend(plan)  # a dtype an explicitly chosen device cannot compute in, before Ray starts
     model = plan.model
     if model.tiny is not None and not (Path(model.path) / "config.json").is_file():
         from trinity.common.models.tiny import build_tiny_model
@@ -70,7 +72,8 @@ def open_session(plan: RunPlan) -> Session:
         logger.info("building the tiny model at %s", model.path)
         build_tiny_model(model.path, model.tiny)
     with contextlib.ExitStack() as undo:
-        connection = connect(plan.cluster.ray_address, namespace=plan.ray_namespace)
+        connection = connect(plan.cluster.ray_address, namespace=plan.ray_namespace,
+                             local_resources=lambda: device.local_ray_resources(plan.cluster.device))
         undo.callback(disconnect, connection)
         resources = ray.cluster_resources()  # type: ignore[no-untyped-call]
         alive = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]

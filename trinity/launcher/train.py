@@ -6,6 +6,7 @@ import contextlib
 import logging
 from typing import Any
 
+from trinity.launcher.device_record import write_device_record
 from trinity.launcher.explore import warn_if_not_persistent
 from trinity.launcher.session import Session
 from trinity.launcher.steps import monitor_for, strategy_for, write_ray_timeline
@@ -70,6 +71,7 @@ def run_train(session: Session) -> None:
         trainer = FSDPTrainer(plan, world_size=layout.trainers, use_torch_compile=layout.use_torch_compile,
                               total_steps=steps, checkpoint_dir=session.run_dir / "checkpoints")
         stack.callback(trainer.shutdown)
+        write_device_record(session, trainer)
         resumed = trainer.resume() if plan.config.continue_from_checkpoint else None
         sampler = (resumed["extra"] or {}).get("sampler") if resumed is not None else None
         if sampler:

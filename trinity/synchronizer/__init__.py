@@ -1,6 +1,7 @@
 """Moving the trainer's weights into the rollout engines: online (collective), checkpoint, memory.
 
-* :mod:`~trinity.synchronizer.weight_sync`: the bucketed broadcast group (trainer rank 0 to the engines).
+The online broadcast itself is :mod:`trinity.weight_transport`; this package decides when and how to sync.
+
 * :mod:`~trinity.synchronizer.checkpoint_sync`: atomic safetensors on a shared path.
 * :mod:`~trinity.synchronizer.memory_sync`: the Ray object store.
 * :mod:`~trinity.synchronizer.synchronizer`: one sync, timed and bounded by ``sync_timeout``.
@@ -16,13 +17,6 @@ from trinity.synchronizer.synchronizer import (
     SyncTimeoutError,
     default_sync_path,
 )
-from trinity.synchronizer.weight_sync import (
-    WeightSyncError,
-    WeightSyncGroup,
-    find_free_port,
-    plan_buckets,
-    state_dict_metas,
-)
 
 __all__ = [
     "CheckpointSyncError",
@@ -31,12 +25,7 @@ __all__ = [
     "SyncReport",
     "SyncTimeoutError",
     "Synchronizer",
-    "WeightSyncError",
-    "WeightSyncGroup",
     "default_sync_path",
-    "find_free_port",
     "load_weights",
-    "plan_buckets",
     "save_weights",
-    "state_dict_metas",
 ]

@@ -2,7 +2,7 @@
 
     python -m trinity.synchronizer.benchmark --mb 100 --bucket-mb 64 --rounds 5
 
-Both actors join one :class:`~trinity.synchronizer.weight_sync.WeightSyncGroup`
+Both actors join one :class:`~trinity.weight_transport.group.WeightSyncGroup`
 on the selected backend's collective. Each round is timed on the receiver,
 from a one-element synchronising broadcast to the last tensor in place, so the
 time includes the sender's bucket packing and the receiver's unpacking. The
@@ -20,8 +20,15 @@ from typing import Any
 
 import torch
 
-from trinity.common.models.engine import TensorMeta, WeightSyncGroupInfo
-from trinity.synchronizer.weight_sync import WeightSyncGroup, find_free_port, state_dict_bytes, state_dict_metas
+from trinity.weight_transport import (
+    TensorMeta,
+    WeightSyncGroup,
+    WeightSyncGroupInfo,
+    find_free_port,
+    node_ip_address,
+    state_dict_bytes,
+    state_dict_metas,
+)
 
 
 def model_like_state_dict(total_bytes: int, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -46,8 +53,6 @@ class _Peer:
         self.state: dict[str, torch.Tensor] = {}
 
     def address(self) -> tuple[str, int]:
-        from trinity.synchronizer.weight_sync import node_ip_address
-
         return node_ip_address(), find_free_port()
 
     def join(self, info: WeightSyncGroupInfo, rank: int, total_bytes: int) -> int:

@@ -19,7 +19,7 @@ still run concurrently).
 Methods:
 
 * ``collective`` (``online``): once, trainer rank 0 hosts a
-  :class:`~trinity.synchronizer.weight_sync.WeightSyncGroup` that every engine
+  :class:`~trinity.weight_transport.group.WeightSyncGroup` that every engine
   joins concurrently, each with as many ranks as it has tensor-parallel
   workers (``weight_sync_ranks``: 1 for ``hf``, the TP size for ``vllm``).
   Per sync: all trainer ranks gather the full state dict (rank 0 keeps
@@ -51,10 +51,9 @@ from typing import Any
 
 from trinity.common.config.plan.run import RunPlan, SyncPlan
 from trinity.common.constants import SyncMethod
-from trinity.common.models.engine import TensorMeta, WeightSyncGroupInfo
 from trinity.errors import TrinityError
 from trinity.synchronizer.policy import SyncPolicy
-from trinity.synchronizer.weight_sync import metas_bytes
+from trinity.weight_transport import TensorMeta, WeightSyncGroupInfo, metas_bytes
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,9 @@ in each forward, backward and state-dict call).
 
 Device handling goes through :mod:`trinity.device` only: the process group
 backend string (``cpu:gloo`` here, ``cpu:gloo,<device>:<collective>`` on an
-accelerator), ``set_device``, ``torch_device`` and the mesh's device type.
+accelerator), the rank's device assignment (made when the rank starts, before
+the device runtime: :func:`trinity.device.assign_devices`), ``set_device``,
+``torch_device`` and the mesh's device type.
 """
 
 from __future__ import annotations
@@ -39,7 +41,6 @@ from trinity.algorithm import (
 from trinity.common.config.plan.run import RunPlan
 from trinity.common.config.plan.trainer import OptimizerPlan
 from trinity.common.models.checksum import state_dict_checksum
-from trinity.common.models.engine import TensorMeta, WeightSyncGroupInfo
 from trinity.trainer.batching import Rows, count_units, row_count, slice_rows
 from trinity.trainer.checkpoint import CheckpointDir, read_state
 from trinity.trainer.models import (
@@ -51,6 +52,7 @@ from trinity.trainer.models import (
     torch_dtype,
 )
 from trinity.trainer.plan import TrainingPlan
+from trinity.weight_transport.protocol import TensorMeta, WeightSyncGroupInfo
 
 logger = logging.getLogger(__name__)
 
@@ -128,24 +130,34 @@ class FSDPWorker:
         self.total_steps = total_steps
         self.checkpoints = CheckpointDir(checkpoint_dir) if checkpoint_dir else None
         self.step = 0
-        self.compute_dtype = torch_dtype(run.trainer.dtype)
+        #: The compute dtype (``auto`` resolved by the device backend) and the attention kernel for it.
+        self.dtype_name = trinity.device.resolve_dtype(run.trainer.dtype)
+        self.compute_dtype = torch_dtype(self.dtype_name)
+        self.attention = trinity.device.attention_implementation(self.dtype_name).implementation
         self._sync_state: dict[str, torch.Tensor] | None = None
         self._weight_sync: Any = None
         self._ready = False
+        #: This rank's device on its node (claimed, or Ray's), masked before the device runtime starts.
+        self.devices = trinity.device.assign_devices(1, make_current=False)
 
     # -- setup -----------------------------------------------------------------------------
 
     def node_address(self) -> tuple[str, int]:
         """Return ``(address, free port)`` on this rank's node (rank 0 hosts rendezvous stores)."""
-        from trinity.synchronizer.weight_sync import find_free_port, node_ip_address
+        from trinity.weight_transport.addresses import find_free_port, node_ip_address
 
         return node_ip_address(), find_free_port()
 
-    def setup(self, master_addr: str, master_port: int, local_rank: int = 0) -> dict[str, Any]:
-        """Join the trainer's process group and build the models and optimizers (collective)."""
+    def setup(self, master_addr: str, master_port: int, local_rank: int | None = None) -> dict[str, Any]:
+        """Join the trainer's process group and build the models and optimizers (collective).
+
+        ``local_rank`` is the visible device to use; None: the one this rank was assigned.
+        """
         import torch.distributed as dist
 
         started = time.monotonic()
+        if local_rank is None:
+            local_rank = self.devices.local_index or 0
         trinity.device.set_device(local_rank)
         self.device = trinity.device.torch_device()
         if not dist.is_initialized():
@@ -162,7 +174,7 @@ class FSDPWorker:
         model_path = self.run.model.path
         remote_code = self.run.model.trust_remote_code
 
-        actor = load_causal_lm(model_path, trust_remote_code=remote_code)
+        actor = load_causal_lm(model_path, trust_remote_code=remote_code, attn_implementation=self.attention)
         if settings.gradient_checkpointing:
             _enable_gradient_checkpointing(actor)
         self.actor = shard_model(actor, self.mesh, self.compute_dtype)
@@ -172,7 +184,7 @@ class FSDPWorker:
 
         self.reference: nn.Module | None = None
         if self.plan.use_reference:
-            reference = load_causal_lm(model_path, trust_remote_code=remote_code)
+            reference = load_causal_lm(model_path, trust_remote_code=remote_code, attn_implementation=self.attention)
             reference.requires_grad_(False)
             self.reference = shard_model(reference, self.mesh, self.compute_dtype)
             self.reference.to(self.device)
@@ -186,7 +198,8 @@ class FSDPWorker:
             if critic_plan is None:
                 raise RuntimeError("the algorithm trains a critic but the trainer plan has no critic settings")
             trinity.device.manual_seed(settings.seed + 1)  # same value-head init on every rank
-            critic = load_value_model(critic_plan.path, trust_remote_code=remote_code)
+            critic = load_value_model(critic_plan.path, trust_remote_code=remote_code,
+                                      attn_implementation=self.attention)
             if critic_plan.gradient_checkpointing:
                 _enable_gradient_checkpointing(critic.backbone)
             self.critic = shard_model(critic, self.mesh, self.compute_dtype)
@@ -209,6 +222,7 @@ class FSDPWorker:
             "use_torch_compile": self.use_torch_compile,
             "reference": self.reference is not None,
             "critic": self.critic is not None,
+            "assignment": self.devices.as_record(),
         }
 
     def _optimizer(
@@ -497,7 +511,7 @@ class FSDPWorker:
                 "world_size": self.world_size,
                 "algorithm": self.plan.algorithm,
                 "model_path": self.run.model.path,
-                "dtype": self.settings.dtype,
+                "dtype": self.dtype_name,
                 "critic": self.critic is not None,
                 "scheduler": self.scheduler.state_dict(),
                 "critic_scheduler": self.critic_scheduler.state_dict() if self.critic_scheduler else None,
@@ -543,7 +557,7 @@ class FSDPWorker:
 
     def init_weight_sync(self, info: WeightSyncGroupInfo) -> None:
         """Rank 0: host the weight-sync group as its rank 0 (blocks until the engines join). Others: no-op."""
-        from trinity.synchronizer.weight_sync import WeightSyncGroup
+        from trinity.weight_transport.group import WeightSyncGroup
 
         if self.rank != 0:
             return
@@ -553,7 +567,7 @@ class FSDPWorker:
 
     def gather_weights(self) -> list[TensorMeta] | None:
         """Gather the full weights for a sync (collective); rank 0 keeps them and returns their metas."""
-        from trinity.synchronizer.weight_sync import state_dict_metas
+        from trinity.weight_transport.buckets import state_dict_metas
 
         state = self.full_state_dict()
         if self.rank != 0:
@@ -563,7 +577,7 @@ class FSDPWorker:
 
     def broadcast_weights(self, bucket_bytes: int) -> int:
         """Rank 0: broadcast the gathered weights to the engines; return the bytes sent."""
-        from trinity.synchronizer.weight_sync import state_dict_bytes
+        from trinity.weight_transport.buckets import state_dict_bytes
 
         state = self._take_sync_state()
         if self._weight_sync is None:
@@ -574,7 +588,7 @@ class FSDPWorker:
     def save_sync_weights(self, folder: str, version: int) -> int:
         """Rank 0: write the gathered weights for the checkpoint sync method; return the bytes written."""
         from trinity.synchronizer.checkpoint_sync import save_weights
-        from trinity.synchronizer.weight_sync import state_dict_bytes
+        from trinity.weight_transport.buckets import state_dict_bytes
 
         state = self._take_sync_state()
         save_weights(state, folder, version)

@@ -47,14 +47,18 @@ def resolve_torch_compile(requested: bool | None) -> bool:
     return requested
 
 
-def load_causal_lm(path: str, *, trust_remote_code: bool = False) -> nn.Module:
-    """Load a Hugging Face causal LM in float32 (the optimizer's master weights) on the CPU."""
+def load_causal_lm(path: str, *, trust_remote_code: bool = False, attn_implementation: str | None = None) -> nn.Module:
+    """Load a Hugging Face causal LM in float32 (the optimizer's master weights) on the CPU.
+
+    ``attn_implementation`` is transformers' attention kernel (``sdpa``, ``flash_attention_2``, ...);
+    None leaves the choice to transformers.
+    """
     from transformers import AutoModelForCausalLM
 
     from trinity.common.models.pretrained import load_pretrained
 
     model = load_pretrained(AutoModelForCausalLM.from_pretrained, path, dtype=torch.float32,
-                            trust_remote_code=trust_remote_code)
+                            trust_remote_code=trust_remote_code, attn_implementation=attn_implementation)
     model.config.use_cache = False
     return model  # type: ignore[no-any-return]
 
@@ -76,14 +80,18 @@ class ValueModel(nn.Module):
         return values.squeeze(-1).float()
 
 
-def load_value_model(path: str, *, trust_remote_code: bool = False) -> ValueModel:
-    """Return a :class:`ValueModel` with the backbone of the causal LM at ``path`` and a fresh value head."""
+def load_value_model(path: str, *, trust_remote_code: bool = False,
+                     attn_implementation: str | None = None) -> ValueModel:
+    """Return a :class:`ValueModel` with the backbone of the causal LM at ``path`` and a fresh value head.
+
+    ``attn_implementation`` as for :func:`load_causal_lm`.
+    """
     from transformers import AutoModel
 
     from trinity.common.models.pretrained import load_pretrained
 
     backbone = load_pretrained(AutoModel.from_pretrained, path, where="model.critic_model_path", dtype=torch.float32,
-                               trust_remote_code=trust_remote_code)
+                               trust_remote_code=trust_remote_code, attn_implementation=attn_implementation)
     config = backbone.config
     text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
     return ValueModel(backbone, int(text_config.hidden_size))

@@ -180,7 +180,7 @@ class FSDPTrainer:
             ]
         try:
             address, port = self._on_all("node_address")[0]
-            self.rank_info = self._on_all("setup", address, port, 0)
+            self.rank_info = self._on_all("setup", address, port)
         except Exception:
             self.kill()
             raise

@@ -46,8 +46,7 @@ def main(args: argparse.Namespace) -> int:
 
     import trinity.device
     from trinity.common.models.checksum import state_dict_checksum
-    from trinity.common.models.engine import TensorMeta, WeightSyncGroupInfo
-    from trinity.synchronizer.weight_sync import WeightSyncGroup
+    from trinity.weight_transport import TensorMeta, WeightSyncGroup, WeightSyncGroupInfo
 
     out: dict[str, Any] = {"rank": args.rank}
     try:
@@ -56,7 +55,7 @@ def main(args: argparse.Namespace) -> int:
         device = trinity.device.torch_device()
         info = WeightSyncGroupInfo("127.0.0.1", args.port, 2, 1, f"gpu-check-{args.backend}", args.backend, 120.0)
         started = time.monotonic()
-        group = WeightSyncGroup._build(info, args.rank, generic=args.generic)
+        group = WeightSyncGroup.create(info) if args.rank == 0 else WeightSyncGroup.join(info, args.rank)
         out["join_s"] = time.monotonic() - started
         out["group_device"] = str(group.device)
         specs = _sync_specs(args.mib)
@@ -99,7 +98,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rank", type=int, required=True)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--backend", default="gloo")
-    parser.add_argument("--generic", action="store_true", help="build the group through the generic route")
     parser.add_argument("--device-index", type=int, default=0)
     parser.add_argument("--mib", type=int, default=100)
     parser.add_argument("--result", required=True)

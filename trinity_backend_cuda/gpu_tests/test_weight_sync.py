@@ -27,7 +27,11 @@ def _free_port() -> int:
 
 @pytest.mark.parametrize("backend", ["gloo", "nccl"])
 def test_weight_sync(backend: str, workdir: Path, detail: Callable[[str], None]) -> None:
-    """Rank 0 broadcasts a model-like state dict through the generic route; rank 1 receives it on its device."""
+    """Rank 0 broadcasts a model-like state dict; rank 1 receives it on its device.
+
+    Each side's group is built by the selected backend's
+    ``trinity_stateless_process_group`` (the CUDA backend's for nccl).
+    """
     if backend == "nccl":
         if EXPECTED_DEVICE == "cpu":
             pytest.skip("not a CUDA run (CPU smoke run)")
@@ -42,7 +46,7 @@ def test_weight_sync(backend: str, workdir: Path, detail: Callable[[str], None])
     for rank in (0, 1):
         results[rank].unlink(missing_ok=True)
         command = [sys.executable, str(PEER), "--rank", str(rank), "--port", str(port), "--backend", backend,
-                   "--generic", "--device-index", str(devices[rank]), "--mib", str(SYNC_MIB),
+                   "--device-index", str(devices[rank]), "--mib", str(SYNC_MIB),
                    "--result", str(results[rank])]
         processes.append(subprocess.Popen(command))
     deadline = time.monotonic() + 150
@@ -62,7 +66,7 @@ def test_weight_sync(backend: str, workdir: Path, detail: Callable[[str], None])
     assert not errors, "; ".join(errors)
     warm = max(received["rounds_s"][1], 1e-9)
     text = (f"{received['bytes'] / 2**20:.0f} MiB, {received['tensors']} tensors ({'+'.join(received['dtypes'])}), "
-            f"{','.join(sent['devices'])} -> {backend} (generic route, buffers on {sent['group_device']}) -> "
+            f"{','.join(sent['devices'])} -> {backend} (buffers on {sent['group_device']}) -> "
             f"{','.join(received['devices'])}, checksums "
             f"{'equal' if sent['checksum'] == received['checksum'] else 'DIFFER'}: "
             f"{received['bytes'] / 1e6 / warm:.0f} MB/s ({warm:.3f} s warm; first round "

@@ -42,10 +42,15 @@ def doubles() -> ModuleType:
 
 
 @pytest.fixture
-def cuda_doubles(monkeypatch: pytest.MonkeyPatch, doubles: ModuleType) -> Callable[..., Any]:
-    """Return ``install(gpus=2, **options)``, which puts the NVML/torch.cuda doubles in place for this test."""
+def cuda_doubles(monkeypatch: pytest.MonkeyPatch, doubles: ModuleType, tmp_path: Path) -> Callable[..., Any]:
+    """Return ``install(gpus=2, **options)``, which puts the NVML/torch.cuda doubles in place for this test.
+
+    The driver's device files are faked too (in ``tmp_path/dev``) unless the
+    test passes ``device_dir=None``.
+    """
 
     def install(gpus: Any = 2, **options: Any) -> Any:
+        options.setdefault("device_dir", tmp_path / "dev")
         return doubles.install(monkeypatch, gpus, **options)
 
     return install
@@ -62,9 +67,14 @@ def _clean_device_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 @pytest.fixture
-def no_driver_library(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    """The real pynvml, made to find no ``libnvidia-ml.so.1`` whatever this machine has."""
+def no_driver_library(monkeypatch: pytest.MonkeyPatch, doubles: ModuleType, tmp_path: Path) -> ModuleType:
+    """The real pynvml, made to find no ``libnvidia-ml.so.1`` whatever this machine has.
+
+    The driver's device files are faked, so the probe goes on to ask NVML.
+    """
     import pynvml
+
+    doubles.pretend_device_files(monkeypatch, tmp_path / "dev", 1)
 
     def missing(name: str, *args: Any, **kwargs: Any) -> Any:
         raise OSError(f"{name}: cannot open shared object file: No such file or directory")

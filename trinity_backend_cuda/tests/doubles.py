@@ -14,24 +14,32 @@
   each test.
 * "torch is a CUDA build" is pretended by replacing the seam
   ``trinity_backend_cuda.torchbuild.read_torch_build``.
+* The driver's device files (``nvidiactl``, ``nvidia<N>``) are empty files in
+  a folder of the test's own, which ``trinity_backend_cuda.driver.DEVICE_DIR``
+  is pointed at: the probe only lists that folder, as it lists ``/dev``.
+* :class:`FakeProcessGroupNCCL` is a double of ``torch.distributed.ProcessGroupNCCL``
+  (constructor, ``Options``, lazy connection, ``broadcast``), installed as
+  ``torch.distributed.ProcessGroupNCCL`` with ``is_nccl_available()`` true.
 
-:func:`install` puts all three in place; ``conftest.py`` exposes it as the
+:func:`install` puts them all in place; ``conftest.py`` exposes it as the
 ``cuda_doubles`` fixture.
 """
 
 from __future__ import annotations
 
+import datetime
 import string
 import sys
 import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 import torch
 
-from trinity_backend_cuda import torchbuild
+from trinity_backend_cuda import driver, torchbuild
 
 GIB = 1 << 30
 
@@ -159,11 +167,17 @@ class FakeGpu:
     total_memory: int = 141 * GIB
     #: NVML error code this GPU's handle lookup fails with (e.g. GPU is lost), or None.
     handle_error: int | None = None
+    #: CUDA compute capability ``(major, minor)``: 9.0 for Hopper, 8.0 for A100, 7.0 for V100.
+    compute_capability: tuple[int, int] = (9, 0)
 
 
-def make_gpus(count: int, name: str = "NVIDIA H200") -> list[FakeGpu]:
+def make_gpus(count: int, name: str = "NVIDIA H200", compute_capability: tuple[int, int] = (9, 0)) -> list[FakeGpu]:
     """Return ``count`` identical GPUs with distinct, realistic UUIDs."""
-    return [FakeGpu(name=name, uuid=f"GPU-{index:08x}-1111-2222-3333-44445555{index:04x}") for index in range(count)]
+    return [
+        FakeGpu(name=name, uuid=f"GPU-{index:08x}-1111-2222-3333-44445555{index:04x}",
+                compute_capability=compute_capability)
+        for index in range(count)
+    ]
 
 
 @dataclass(eq=False)
@@ -245,6 +259,11 @@ class FakeNvml:
         self._enter("nvmlDeviceGetName")
         return self._gpu(handle).name
 
+    def nvmlDeviceGetCudaComputeCapability(self, handle: object) -> tuple[int, int]:
+        """Return the GPU's CUDA compute capability as ``(major, minor)``, as pynvml does."""
+        self._enter("nvmlDeviceGetCudaComputeCapability")
+        return self._gpu(handle).compute_capability
+
     def nvmlSystemGetDriverVersion(self) -> str:
         """Return the driver version text."""
         self._enter("nvmlSystemGetDriverVersion")
@@ -270,7 +289,8 @@ class FakeNvml:
             setattr(module, class_name, error_class)
         for function in (
             "nvmlInit", "nvmlInitWithFlags", "nvmlShutdown", "nvmlDeviceGetCount", "nvmlDeviceGetHandleByIndex",
-            "nvmlDeviceGetUUID", "nvmlDeviceGetName", "nvmlSystemGetDriverVersion",
+            "nvmlDeviceGetUUID", "nvmlDeviceGetName", "nvmlDeviceGetCudaComputeCapability",
+            "nvmlSystemGetDriverVersion",
             "nvmlSystemGetCudaDriverVersion", "nvmlErrorString",
         ):
             setattr(module, function, getattr(self, function))
@@ -387,6 +407,101 @@ class FakeCuda:
         self.seeds.append(int(seed))
 
 
+# --- the ProcessGroupNCCL double --------------------------------------------------------------
+
+#: torch's default timeout of an NCCL group (``torch.distributed.constants.default_pg_nccl_timeout``).
+NCCL_DEFAULT_TIMEOUT = datetime.timedelta(minutes=10)
+
+
+class FakeNcclOptions:
+    """Double of ``torch.distributed.ProcessGroupNCCL.Options``: the attributes torch's own group factory sets."""
+
+    def __init__(self, is_high_priority_stream: bool = False) -> None:
+        self.is_high_priority_stream = is_high_priority_stream
+        #: Set through this attribute by torch itself (``Backend.Options._timeout``).
+        self._timeout = NCCL_DEFAULT_TIMEOUT
+        self.global_ranks_in_group: list[int] = []
+        self.group_name = ""
+        self.split_from: Any = None
+        self.split_color = 0
+        self.backend = "nccl"
+
+
+class FakeProcessGroupNCCL:
+    """Double of ``torch.distributed.ProcessGroupNCCL`` (the c10d backend class), constructor and collectives.
+
+    Built like the real class, ``ProcessGroupNCCL(store, rank, size, options)``,
+    with a :class:`FakeNcclOptions` (anything else is a ``TypeError``, as
+    pybind11 raises it). Like NCCL, construction does not contact the other
+    members: the communicator is connected by ``eager_connect_single_device``
+    or on the first collective, and that is the rendezvous. The double then
+    runs its collectives through a real ``ProcessGroupGloo`` on the same store,
+    so ranks really exchange data; unlike NCCL it moves **CPU** tensors (there
+    are no CUDA tensors without a GPU).
+    """
+
+    Options = FakeNcclOptions
+    #: Every group constructed since the doubles were installed, in order.
+    created: ClassVar[list[FakeProcessGroupNCCL]] = []
+
+    def __init__(self, store: Any, rank: int, size: int, options: FakeNcclOptions | None = None) -> None:
+        options = FakeNcclOptions() if options is None else options
+        if not isinstance(options, FakeNcclOptions):
+            raise TypeError(
+                "__init__(): incompatible constructor arguments; expected options of type "
+                f"torch._C._distributed_c10d.ProcessGroupNCCL.Options, got {type(options).__name__}"
+            )
+        if not isinstance(options._timeout, datetime.timedelta):
+            raise TypeError(f"options._timeout must be a datetime.timedelta, got {options._timeout!r}")
+        self._store = store
+        self._rank = int(rank)
+        self._size = int(size)
+        self.options = options
+        self.supports_splitting = True
+        #: Devices passed to ``eager_connect_single_device``.
+        self.eager_devices: list[torch.device] = []
+        self.shut_down = False
+        self._gloo: Any = None
+        type(self).created.append(self)
+
+    def rank(self) -> int:
+        """This member's rank."""
+        return self._rank
+
+    def size(self) -> int:
+        """The group's size."""
+        return self._size
+
+    def _connected(self) -> Any:
+        if self.shut_down:
+            raise RuntimeError("ProcessGroupNCCL is shut down")
+        if self._gloo is None:
+            from torch.distributed import PrefixStore, ProcessGroupGloo
+
+            self._gloo = ProcessGroupGloo(
+                PrefixStore("nccl-double", self._store), self._rank, self._size, self.options._timeout
+            )
+        return self._gloo
+
+    def eager_connect_single_device(self, device: torch.device) -> None:
+        """Connect the communicator on ``device`` now (a rendezvous of all members)."""
+        if not isinstance(device, torch.device) or device.type != "cuda" or device.index is None:
+            raise ValueError(f"eager_connect_single_device needs a cuda device with an index, got {device!r}")
+        self.eager_devices.append(device)
+        self._connected()
+
+    def broadcast(self, tensor: torch.Tensor, root: int, timeout: datetime.timedelta | None = None) -> Any:
+        """Broadcast ``tensor`` in place from ``root``; returns the work handle (``wait()``)."""
+        return self._connected().broadcast(tensor, root)
+
+    def shutdown(self) -> None:
+        """Release the communicator."""
+        self.shut_down = True
+        if self._gloo is not None:
+            self._gloo.shutdown()
+            self._gloo = None
+
+
 # --- installing them ------------------------------------------------------------------------
 
 #: A CUDA 12.8 build of torch, as ``torch/version.py`` would describe it.
@@ -400,6 +515,8 @@ class CudaDoubles:
     nvml: FakeNvml
     cuda: FakeCuda
     torch_build: torchbuild.TorchBuild | None
+    #: The ProcessGroupNCCL double installed as ``torch.distributed.ProcessGroupNCCL``.
+    nccl: type[FakeProcessGroupNCCL]
 
 
 def install(
@@ -410,9 +527,16 @@ def install(
     torch_build: torchbuild.TorchBuild | None = CUDA_TORCH,
     driver_version: str = "570.124.06",
     cuda_driver_version: int = 12080,
+    device_dir: Path | None = None,
 ) -> CudaDoubles:
-    """Install the NVML and torch.cuda doubles and the CUDA-build seam; pytest undoes it after the test."""
+    """Install the NVML and torch.cuda doubles and the CUDA-build seam; pytest undoes it after the test.
+
+    With ``device_dir`` the driver's device files are created there (one
+    ``nvidia<N>`` per GPU) and the probe is pointed at it.
+    """
     devices = make_gpus(gpus) if isinstance(gpus, int) else list(gpus)
+    if device_dir is not None:
+        pretend_device_files(monkeypatch, device_dir, len(devices))
     nvml = FakeNvml(
         gpus=devices, driver_version=driver_version, cuda_driver_version=cuda_driver_version,
         fail=dict(nvml_fail or {}),
@@ -422,10 +546,30 @@ def install(
     for name in TORCH_CUDA_FUNCTIONS:
         monkeypatch.setattr(torch.cuda, name, getattr(cuda, name))
     pretend_torch_build(monkeypatch, torch_build)
-    return CudaDoubles(nvml=nvml, cuda=cuda, torch_build=torch_build)
+    nccl = install_nccl(monkeypatch)
+    return CudaDoubles(nvml=nvml, cuda=cuda, torch_build=torch_build, nccl=nccl)
+
+
+def install_nccl(monkeypatch: pytest.MonkeyPatch) -> type[FakeProcessGroupNCCL]:
+    """Make ``torch.distributed`` offer NCCL through :class:`FakeProcessGroupNCCL` (a fresh subclass per call)."""
+    import torch.distributed as dist
+
+    fresh = type("ProcessGroupNCCL", (FakeProcessGroupNCCL,), {"created": []})
+    monkeypatch.setattr(dist, "ProcessGroupNCCL", fresh, raising=False)
+    monkeypatch.setattr(dist, "is_nccl_available", lambda: True)
+    return fresh
 
 
 def pretend_torch_build(monkeypatch: pytest.MonkeyPatch, build: torchbuild.TorchBuild | None) -> None:
     """Replace the seam that reads ``torch/version.py`` so it reports ``build`` (None: torch not installed)."""
     reader: Callable[[], torchbuild.TorchBuild | None] = lambda: build  # noqa: E731
     monkeypatch.setattr(torchbuild, "read_torch_build", reader)
+
+
+def pretend_device_files(monkeypatch: pytest.MonkeyPatch, folder: Path, gpus: int) -> Path:
+    """Create the device files a loaded NVIDIA driver has for ``gpus`` GPUs in ``folder``; point the probe there."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("nvidiactl", "nvidia-uvm", *(f"nvidia{i}" for i in range(gpus))):
+        (folder / name).touch()
+    monkeypatch.setattr(driver, "DEVICE_DIR", folder)
+    return folder

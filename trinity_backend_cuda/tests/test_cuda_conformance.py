@@ -15,9 +15,11 @@ class TestCudaConformance(BackendConformance):
 
     backend_name: ClassVar[str] = "cuda"
     heavy_modules: ClassVar[tuple[str, ...]] = ("triton", "vllm")
+    # The ProcessGroupNCCL double moves CPU tensors: there are no CUDA tensors without a GPU.
+    collective_tensor_device: ClassVar[str | None] = "cpu"
 
     @pytest.fixture
     def device_runtime(self, cuda_doubles: Callable[..., Any]) -> Iterator[None]:
-        """Two GPUs, a driver and a CUDA build of torch, all doubles."""
+        """Two GPUs, a driver, a CUDA build of torch and its ProcessGroupNCCL, all doubles."""
         cuda_doubles(gpus=2)
         yield

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 import torch
 
-from trinity_backend_cuda import probe, torchbuild
+from trinity_backend_cuda import driver, probe, torchbuild
 
 Install = Callable[..., Any]
 
@@ -182,3 +186,78 @@ def test_cuda_major() -> None:
     assert torchbuild.TorchBuild("2.8.0+cu128", cuda="12.8").cuda_major == 12
     assert torchbuild.TorchBuild("2.10.0+cu130", cuda="13.0").cuda_major == 13
     assert torchbuild.TorchBuild("2.13.0+cpu").cuda_major is None
+
+
+# --- no driver at all: answered from files, without pynvml -------------------------------------
+
+_NO_DRIVER_PROBE = """
+import json, sys
+from pathlib import Path
+from trinity_backend_cuda import driver, plugin
+empty = Path(sys.argv[1])
+driver.DEVICE_DIR, driver.LD_SO_CACHE, driver.LIBRARY_DIRS = empty, empty / "ld.so.cache", (empty,)
+result = plugin.trinity_probe()
+print(json.dumps([result.available, result.reason, "pynvml" in sys.modules]))
+"""
+
+
+def test_no_device_files_and_no_library_answers_without_pynvml(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    done = subprocess.run(
+        [sys.executable, "-c", _NO_DRIVER_PROBE, str(tmp_path)], capture_output=True, text=True, env=env,
+        timeout=120, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    available, reason, imported_pynvml = json.loads(done.stdout.strip().splitlines()[-1])
+    assert not available
+    assert imported_pynvml is False, "with no driver on the machine the probe must not import pynvml"
+    assert "no /dev/nvidia* device files and no libnvidia-ml.so.1" in reason
+    assert "install the NVIDIA driver" in reason and "TRINITY_DEVICE=cpu" in reason
+
+
+@pytest.fixture
+def no_driver_files(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """No device files, no loader cache, no library folders, no LD_LIBRARY_PATH: nothing of a driver."""
+    empty = tmp_path / "nothing"
+    empty.mkdir()
+    monkeypatch.setattr(driver, "DEVICE_DIR", empty)
+    monkeypatch.setattr(driver, "LD_SO_CACHE", empty / "ld.so.cache")
+    monkeypatch.setattr(driver, "LIBRARY_DIRS", (empty,))
+    monkeypatch.delenv("LD_LIBRARY_PATH", raising=False)
+    return empty
+
+
+def test_nvml_double_untouched_without_a_driver(cuda_doubles: Install, no_driver_files: Path) -> None:
+    runtime = cuda_doubles(gpus=2, device_dir=None)
+    result = probe.probe()
+    assert not result.available and "no /dev/nvidia* device files" in result.reason
+    assert runtime.nvml.calls == {}, "NVML must not be asked when no driver is installed"
+
+
+def test_device_files_alone_send_the_probe_to_nvml(cuda_doubles: Install, no_driver_files: Path) -> None:
+    runtime = cuda_doubles(gpus=2, device_dir=no_driver_files / "dev")
+    result = probe.probe()
+    assert result.available and result.device_count == 2
+    assert runtime.nvml.calls["nvmlInit"] == 1
+
+
+@pytest.mark.parametrize("where", ["LD_LIBRARY_PATH", "ld.so.cache", "wsl"])
+def test_library_alone_sends_the_probe_to_nvml(
+    cuda_doubles: Install, no_driver_files: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    runtime = cuda_doubles(gpus=1, device_dir=None)
+    libs = no_driver_files / "lib"
+    libs.mkdir()
+    if where == "LD_LIBRARY_PATH":
+        (libs / driver.NVML_LIBRARY).touch()
+        monkeypatch.setenv("LD_LIBRARY_PATH", f"/nonexistent{os.pathsep}{libs}")
+    elif where == "ld.so.cache":
+        cache = no_driver_files / "ld.so.cache"
+        cache.write_bytes(b"glibc-ld.so.cache1.1\0libc.so.6\0libnvidia-ml.so.1\0/usr/lib/libnvidia-ml.so.1\0")
+        monkeypatch.setattr(driver, "LD_SO_CACHE", cache)
+    else:  # WSL 2 has no /dev/nvidia*: the Windows driver's libraries are in /usr/lib/wsl/lib
+        (libs / driver.NVML_LIBRARY).touch()
+        monkeypatch.setattr(driver, "LIBRARY_DIRS", (libs,))
+    result = probe.probe()
+    assert result.available and result.device_count == 1
+    assert runtime.nvml.calls["nvmlInit"] == 1

@@ -19,6 +19,8 @@ class TestNpuConformance(BackendConformance):
 
     backend_name = "npu"
     heavy_modules = ("torch_npu",)
+    # The double's ProcessGroupHCCL moves CPU tensors: the torch_npu double has no NPU tensors.
+    collective_tensor_device = "cpu"
     # The double is findable in the probe's fresh interpreter: the probe must still not import it.
     probe_subprocess_env = {
         "PYTHONPATH": os.pathsep.join(p for p in (str(_FAKE_SITE), os.environ.get("PYTHONPATH", "")) if p)

@@ -1,9 +1,10 @@
 """The device layout of a run: a plan checked against the selected device backend and the Ray cluster.
 
 Every device decision comes from the backend: the Ray resource key devices
-are counted by, whether ``torch.compile`` is allowed, which collective
+are counted by, whether ``torch.compile`` is allowed, which model dtypes
+the device computes in, which collective
 ``online`` (upstream's ``nccl``) means, and whether ``engine_type: auto`` is
-vLLM (an accelerator) or hf (the CPU). As upstream does, the trainer gets the
+vLLM (an accelerator) or hf (tensors on the host CPU). As upstream does, the trainer gets the
 devices the engines leave: ``node_num x gpu_per_node - engines x tp``
 (all of them in mode train). Errors are :class:`ConfigError` naming the
 dotted path, what was asked and what exists.
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 
 from trinity.common.config.loader import ConfigError
 from trinity.common.config.plan.run import RunPlan
+from trinity.common.config.precision import resolve_precision
 from trinity.common.config.schema.run import UPSTREAM_ONLINE_SYNC_METHOD
 from trinity.common.constants import SyncMethod, SyncMethodError
 from trinity.device.backend import Backend
@@ -107,11 +109,13 @@ def _layout(plan: RunPlan, backend: Backend, cluster_resources: Mapping[str, flo
             "set it to false or remove it"
         )
 
+    resolve_precision(plan, backend)  # a dtype the device cannot compute in is refused here, with its reason
+
     key = info.ray_resource_key
     rollout = plan.explorer.rollout
     engine_type = rollout.engine_type
     if engine_type == "auto":
-        engine_type = "hf" if key is None else "vllm"
+        engine_type = auto_engine_type(backend)
     if engine_type == "vllm" and key is None:
         raise ConfigError(
             f"explorer.rollout_model.engine_type: vllm needs an accelerator, but the selected device backend is "
@@ -166,6 +170,17 @@ def _layout(plan: RunPlan, backend: Backend, cluster_resources: Mapping[str, flo
         nodes=node_num, devices_per_node=per_node, cpus_per_bundle=cpus, sync_method=sync_method,
         use_torch_compile=bool(use_compile), source=source,
     )
+
+
+def auto_engine_type(backend: Backend) -> str:
+    """Return the engine type ``auto`` means on ``backend``: ``vllm`` on an accelerator, ``hf`` otherwise.
+
+    A backend whose tensors live on the host CPU (the built-in one, or a
+    vendor's CPU-backed device with its own Ray resource key) gets ``hf``:
+    vLLM drives accelerators, not host memory.
+    """
+    info = backend.info
+    return "vllm" if info.ray_resource_key is not None and info.device_type != "cpu" else "hf"
 
 
 def _cluster_size(plan: RunPlan, backend: Backend, nodes: Sequence[Mapping[str, float]], key: str | None,

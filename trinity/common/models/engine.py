@@ -13,6 +13,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
+from trinity.weight_transport.protocol import TensorMeta, WeightSyncGroupInfo
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -50,31 +52,6 @@ class Completion:
     #: Weights version that produced it.
     model_version: int
     info: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class TensorMeta:
-    """Name, dtype and shape of one weight tensor, sent ahead of a broadcast."""
-
-    name: str
-    dtype: str
-    shape: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class WeightSyncGroupInfo:
-    """How an engine joins the trainer's weight-sync process group (see ``trinity.synchronizer``)."""
-
-    master_addr: str
-    master_port: int
-    #: Trainer rank 0 plus every engine rank (an engine contributes ``weight_sync_ranks()`` ranks).
-    world_size: int
-    #: Rank of the first engine rank (1: the trainer holds rank 0 only).
-    rank_offset: int
-    group_name: str
-    #: torch.distributed backend: the device backend's collective (``gloo``/``nccl``/``hccl``).
-    backend: str
-    timeout_s: float
 
 
 @runtime_checkable

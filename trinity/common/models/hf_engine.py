@@ -1,8 +1,8 @@
 """The ``hf`` inference engine: Hugging Face ``transformers`` generate on any torch device.
 
 :class:`HFEngine` implements :class:`~trinity.common.models.engine.InferenceEngine`.
-It loads a model folder onto the device the façade selects
-(:func:`trinity.device.torch_device`) and samples with ``model.generate``:
+It loads a model folder onto the device assigned to its process
+(:func:`trinity.device.assign_devices`, then :func:`trinity.device.torch_device`) and samples with ``model.generate``:
 prompts left-padded and left-truncated to ``max_prompt_tokens``, batches of at
 most ``max_batch_size`` rows, ``n`` completions per prompt, stopping at EOS
 (kept as the last response token) or at a stop string (matched in the
@@ -51,9 +51,10 @@ import torch
 
 from trinity import device
 from trinity.common.models.checksum import state_dict_checksum
-from trinity.common.models.engine import Completion, SamplingParams, TensorMeta, WeightSyncGroupInfo
+from trinity.common.models.engine import Completion, SamplingParams
 from trinity.common.models.prompting import TextPrompts
 from trinity.common.models.sampling import LogprobRecorder
+from trinity.weight_transport.protocol import TensorMeta, WeightSyncGroupInfo
 
 logger = logging.getLogger(__name__)
 
@@ -125,7 +126,10 @@ class HFEngine(TextPrompts):
         torch_threads: int = 0,
         batch_wait_ms: float = 5.0,
     ) -> None:
-        """Load the model and tokenizer; raises EngineError for an unknown dtype or bad sizes.
+        """Load the model and tokenizer; raises EngineError for an unknown or unsupported dtype or bad sizes.
+
+        ``dtype`` ``auto`` is the device backend's preferred dtype; the attention
+        kernel is the one the backend names for the dtype.
 
         ``batch_wait_ms``: before serving, wait this long for concurrent requests
         to join the batch (runners of one step arrive within milliseconds of each
@@ -137,8 +141,8 @@ class HFEngine(TextPrompts):
         """
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        if dtype not in _DTYPES:
-            raise EngineError(f"unknown dtype {dtype!r}; use one of {', '.join(_DTYPES)}")
+        if dtype not in _DTYPES and dtype != "auto":
+            raise EngineError(f"unknown dtype {dtype!r}; use one of {', '.join(_DTYPES)} or auto")
         if max_prompt_tokens < 1 or max_batch_size < 1:
             raise EngineError(
                 f"max_prompt_tokens and max_batch_size must be at least 1, got {max_prompt_tokens}, {max_batch_size}"
@@ -150,15 +154,22 @@ class HFEngine(TextPrompts):
         self.batch_wait_s = batch_wait_ms / 1000.0
         self.model_path = str(model_path)
         self.tokenizer_path = str(tokenizer_path or model_path)
-        self.dtype = dtype
+        try:
+            self.dtype = device.resolve_dtype(dtype)
+        except device.UnsupportedDtypeError as exc:
+            raise EngineError(str(exc)) from None
+        self.attn_implementation = device.attention_implementation(self.dtype).implementation
         self.max_prompt_tokens = max_prompt_tokens
         self.max_batch_size = max_batch_size
+        #: This engine's device on its node (claimed, or Ray's), made current before the model loads.
+        self.devices = device.assign_devices(1)
         self.device = device.torch_device()
         self.tokenizer: Any = AutoTokenizer.from_pretrained(self.tokenizer_path, trust_remote_code=trust_remote_code)
         self.chat_template = chat_template
         self.tokenizer.padding_side = "left"
         self.model: Any = AutoModelForCausalLM.from_pretrained(
-            self.model_path, dtype=_DTYPES[dtype], trust_remote_code=trust_remote_code
+            self.model_path, dtype=_DTYPES[self.dtype], trust_remote_code=trust_remote_code,
+            attn_implementation=self.attn_implementation,
         )
         self.model.to(self.device)
         self.model.eval()  # type: ignore[no-untyped-call]
@@ -432,12 +443,13 @@ class HFEngine(TextPrompts):
         return self._version
 
     def describe(self) -> dict[str, Any]:
-        """Return what this engine serves: paths, dtype, device, version."""
+        """Return what this engine serves: paths, dtype, attention kernel, device, version."""
         return {
             "engine": "hf",
             "model_path": self.model_path,
             "tokenizer_path": self.tokenizer_path,
             "dtype": self.dtype,
+            "attn_implementation": self.attn_implementation,
             "device": str(self.device),
             "version": self._version,
             "max_prompt_tokens": self.max_prompt_tokens,
@@ -507,13 +519,17 @@ class HFEngine(TextPrompts):
             merged.update(load_file(str(file), device="cpu"))
         self.load_state_dict(merged, version)
 
+    def device_assignments(self) -> list[dict[str, Any]]:
+        """Return the device assignment of each worker process of this engine: one, this process's."""
+        return [{"worker": 0, **self.devices.as_record()}]
+
     def weight_sync_ranks(self) -> int:
         """Return 1: the engine is one process on one device."""
         return 1
 
     def init_weight_sync(self, info: WeightSyncGroupInfo, first_rank: int) -> None:
         """Join the trainer's weight-sync group as rank ``first_rank``."""
-        from trinity.synchronizer.weight_sync import WeightSyncGroup
+        from trinity.weight_transport.group import WeightSyncGroup
 
         self.close_weight_sync()
         self._sync_group = WeightSyncGroup.join(info, rank=first_rank)

@@ -9,12 +9,17 @@ by ``import trinity``.
   platform plugin (installed beside vLLM) does, and nothing here changes.
   The engine class sets ``manages_devices``: its Ray actor is started with
   ``RAY_EXPERIMENTAL_NOSET_<visible-devices variable>`` (from the device
-  backend), and with ``tensor_parallel_size`` 1 the engine writes the
-  visible-devices variable itself from the devices Ray assigned
-  (:func:`trinity.device.ray_assigned_devices_env`: ascending on NPU) before
-  vLLM starts. With a larger tensor-parallel size the actor holds no device;
-  vLLM's Ray executor starts one worker per bundle of the engine's placement
-  group and sets their masks itself.
+  backend), and before vLLM starts the engine writes the visible-devices
+  variable itself from its device assignment
+  (:func:`trinity.device.assign_devices`). With ``tensor_parallel_size`` 1
+  that is the device Ray assigned (ascending on NPU) or, for a resource key
+  Ray assigns no ids for, the one trainer claimed on the node. With a larger
+  tensor-parallel size on a key Ray assigns ids for, the actor holds no
+  device: vLLM's Ray executor starts one worker per bundle of the engine's
+  placement group and Ray masks each. On any other key the engine claims its
+  ``tensor_parallel_size`` devices on its node (its group is packed on one),
+  masks them and runs vLLM's workers as its own processes (executor ``mp``),
+  which inherit the mask.
 * **Sampling.** Prompts are tokenized here (the same tokenizer and chat
   template as the ``hf`` engine, left-truncated to ``max_prompt_tokens``)
   and sent as token ids. ``Completion.logprobs`` are vLLM's
@@ -59,9 +64,11 @@ from typing import Any, TypeVar
 import torch
 
 from trinity import device
-from trinity.common.models.engine import Completion, SamplingParams, TensorMeta, WeightSyncGroupInfo
+from trinity.common.models.engine import Completion, SamplingParams
 from trinity.common.models.prompting import TextPrompts
 from trinity.common.models.vllm_worker import WeightSyncExtension, clean_name, metas_to_rows, safetensors_files
+from trinity.device.assignment import SOURCE_CLAIMED
+from trinity.weight_transport.protocol import TensorMeta, WeightSyncGroupInfo
 
 logger = logging.getLogger(__name__)
 
@@ -155,7 +162,7 @@ class VLLMEngine(TextPrompts):
         model_path: str,
         *,
         tokenizer_path: str = "",
-        dtype: str = "bfloat16",
+        dtype: str = "auto",
         max_prompt_tokens: int = 256,
         tensor_parallel_size: int = 1,
         memory_utilization: float = 0.9,
@@ -173,10 +180,17 @@ class VLLMEngine(TextPrompts):
 
         ``executor_backend`` is vLLM's ``distributed_executor_backend``; None
         picks ``ray`` for a tensor-parallel engine inside a Ray actor, vLLM's
-        default (``mp``/``uni``) otherwise.
+        default (``mp``/``uni``) otherwise. ``dtype`` ``auto`` is the device
+        backend's preferred dtype (not vLLM's ``auto``, which follows the model
+        folder), so the engine holds what the trainer computes in; vLLM picks
+        its attention backend itself.
         """
         if dtype not in _DTYPES:
             raise VLLMEngineError(f"unknown dtype {dtype!r}; use one of {', '.join(_DTYPES)}")
+        try:
+            dtype = device.resolve_dtype(dtype)
+        except device.UnsupportedDtypeError as exc:
+            raise VLLMEngineError(str(exc)) from None
         if max_prompt_tokens < 1 or tensor_parallel_size < 1:
             raise VLLMEngineError(
                 f"max_prompt_tokens and tensor_parallel_size must be at least 1, "
@@ -185,8 +199,8 @@ class VLLMEngine(TextPrompts):
         problem = self.missing_requirement()
         if problem is not None:
             raise VLLMEngineError(problem)
-        if tensor_parallel_size == 1:
-            os.environ.update(device.ray_assigned_devices_env())  # Ray left the mask to us (manages_devices)
+        #: The devices of this engine on its node; masked here, before vLLM starts its device runtime.
+        self.devices = device.assign_devices(tensor_parallel_size, make_current=False)
         from transformers import AutoTokenizer
 
         self.model_path = str(model_path)
@@ -205,7 +219,7 @@ class VLLMEngine(TextPrompts):
         self._thread = threading.Thread(target=self._loop.run_forever, name="trinity-vllm-loop", daemon=True)
         self._thread.start()
         self.executor_backend = executor_backend if executor_backend is not None else _default_executor(
-            tensor_parallel_size
+            tensor_parallel_size, claimed=self.devices.source == SOURCE_CLAIMED
         )
         args = self._engine_args(
             memory_utilization=memory_utilization, enforce_eager=enforce_eager,
@@ -369,6 +383,20 @@ class VLLMEngine(TextPrompts):
             "max_prompt_tokens": self.max_prompt_tokens,
         }
 
+    def device_assignments(self) -> list[dict[str, Any]]:
+        """Return the device assignment of each vLLM worker (rank order), as each worker reports it."""
+        engine = self.devices.as_record()
+        out = []
+        for report in self._rpc("trinity_device_report"):
+            local, mask = int(report["local_rank"]), report["visible_devices"]
+            if len(self.devices.devices) == self.tensor_parallel_size:  # one mask for all workers: the engine's
+                devices = [self.devices.devices[local]]
+            else:  # each worker masked by Ray to its own device(s)
+                devices = [int(i) for i in mask.split(",")] if mask and mask.replace(",", "").isdigit() else []
+            out.append({**engine, "worker": int(report["rank"]), "devices": devices, "local_index": local,
+                        "visible_devices": mask, "device": report["device"]})
+        return out
+
     def weight_sync_ranks(self) -> int:
         """Return the tensor-parallel size: every vLLM worker joins the weight-sync group."""
         return self.tensor_parallel_size
@@ -455,10 +483,17 @@ class VLLMEngine(TextPrompts):
             self._stop_loop()
 
 
-def _default_executor(tensor_parallel_size: int) -> str | None:
-    """``ray`` for a tensor-parallel engine inside a Ray actor (its workers join the engine's group), else None."""
+def _default_executor(tensor_parallel_size: int, claimed: bool = False) -> str | None:
+    """``ray`` for a tensor-parallel engine inside a Ray actor (its workers join the engine's group), else None.
+
+    ``mp`` when the engine claimed its devices itself (Ray assigns no ids for
+    the key, so Ray's workers could not be masked): its own worker processes
+    inherit the engine's mask.
+    """
     if tensor_parallel_size == 1:
         return None
+    if claimed:
+        return "mp"
     try:
         import ray
 

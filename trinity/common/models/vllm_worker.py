@@ -12,7 +12,7 @@ them for this rank; ``self.device`` and ``self.rank`` are the worker's.
 Every rank joins the trainer's weight-sync group and receives the full
 broadcast (rank ``first_rank + self.rank``); each loads what its shard needs.
 The group is built on the device backend's collective by
-:class:`~trinity.synchronizer.weight_sync.WeightSyncGroup`, never a
+:class:`~trinity.weight_transport.group.WeightSyncGroup`, never a
 hard-coded one.
 
 The methods carry a ``trinity_`` prefix: vLLM refuses an extension that
@@ -21,13 +21,14 @@ redefines an attribute its worker already has.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from trinity.common.models.engine import TensorMeta, WeightSyncGroupInfo
+from trinity.weight_transport.protocol import TensorMeta, WeightSyncGroupInfo
 
 #: Prefixes that wrappers add to parameter names (DDP/FSDP1, torch.compile); removed before loading.
 _WRAPPER_PREFIXES = ("module.", "_orig_mod.", "_fsdp_wrapped_module.")
@@ -72,9 +73,17 @@ class WeightSyncExtension:
         self._trinity_state()["track"] = bool(track_checksum)
         return int(self.rank)
 
+    def trinity_device_report(self) -> dict[str, Any]:
+        """Return this worker's ranks, torch device and the visible-devices mask its process runs under."""
+        from trinity import device
+
+        var = device.current_backend().info.visible_devices_env
+        return {"rank": int(self.rank), "local_rank": int(getattr(self, "local_rank", self.rank)),
+                "device": str(self.device), "visible_devices": os.environ.get(var) if var else None}
+
     def trinity_init_weight_sync(self, info: Mapping[str, Any], first_rank: int) -> int:
         """Join the trainer's weight-sync group as rank ``first_rank + self.rank``; return that rank."""
-        from trinity.synchronizer.weight_sync import WeightSyncGroup
+        from trinity.weight_transport.group import WeightSyncGroup
 
         self.trinity_close_weight_sync()
         rank = int(first_rank) + int(self.rank)

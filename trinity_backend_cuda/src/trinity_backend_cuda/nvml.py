@@ -28,15 +28,19 @@ NVML_ERROR_OPERATING_SYSTEM = 17
 NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
 NVML_ERROR_INSUFFICIENT_RESOURCES = 23
 
+#: What to do when there is no NVIDIA driver at all.
+INSTALL_DRIVER_FIX = (
+    "install the NVIDIA driver (`nvidia-smi` must work); in a container, start it with GPU access "
+    "(`--gpus all` and the NVIDIA container toolkit); to run without a GPU choose another backend, "
+    "e.g. TRINITY_DEVICE=cpu"
+)
 _RESET_FIX = "check `nvidia-smi` and `dmesg`; reset the GPU (`nvidia-smi -r`) or reboot the machine"
 
 #: What each NVML error means for a user, and what to do: code -> (reason, fix).
 _EXPLANATIONS: dict[int, tuple[str, str]] = {
     NVML_ERROR_LIBRARY_NOT_FOUND: (
         "no NVIDIA driver found: the NVML library libnvidia-ml.so.1 cannot be loaded",
-        "install the NVIDIA driver (`nvidia-smi` must work); in a container, start it with GPU access "
-        "(`--gpus all` and the NVIDIA container toolkit); to run without a GPU choose another backend, "
-        "e.g. TRINITY_DEVICE=cpu",
+        INSTALL_DRIVER_FIX,
     ),
     NVML_ERROR_DRIVER_NOT_LOADED: (
         "the NVIDIA driver is installed but its kernel module is not loaded",
@@ -99,8 +103,10 @@ class NvmlReport:
     cuda_driver_version: int = 0
     #: UUIDs by NVML index (``"GPU-..."``, ``""`` where unreadable); empty unless asked for.
     uuids: tuple[str, ...] = ()
-    #: Product names by NVML index; empty unless details were asked for.
+    #: Product names by NVML index; empty unless details or capabilities were asked for.
     names: tuple[str, ...] = ()
+    #: CUDA compute capability ``(major, minor)`` by NVML index (None where unreadable); empty unless asked for.
+    capabilities: tuple[tuple[int, int] | None, ...] = ()
 
     @property
     def cuda_driver_version_text(self) -> str:
@@ -129,8 +135,8 @@ def _unavailable(exc: BaseException) -> NvmlUnavailable:
     return NvmlUnavailable(*explain(code if isinstance(code, int) else None, str(exc)), code=code)
 
 
-def read_nvml(*, uuids: bool = False, details: bool = False) -> NvmlReport:
-    """Ask the driver how many GPUs it has (and, when asked, their UUIDs, names and driver versions).
+def read_nvml(*, uuids: bool = False, details: bool = False, capabilities: bool = False) -> NvmlReport:
+    """Ask the driver how many GPUs it has (and, when asked, UUIDs, names, compute capabilities, driver versions).
 
     Opens and closes one NVML session; creates no CUDA context. Raises
     :class:`NvmlUnavailable` when ``pynvml`` is missing or NVML fails.
@@ -149,14 +155,21 @@ def read_nvml(*, uuids: bool = False, details: bool = False) -> NvmlReport:
     try:
         count = int(pynvml.nvmlDeviceGetCount())
         found_uuids = tuple(_device_string(pynvml, "nvmlDeviceGetUUID", i) for i in range(count)) if uuids else ()
+        names = (
+            tuple(_device_string(pynvml, "nvmlDeviceGetName", i) for i in range(count))
+            if details or capabilities
+            else ()
+        )
+        found_capabilities = tuple(_capability(pynvml, i) for i in range(count)) if capabilities else ()
         if not details:
-            return NvmlReport(device_count=count, uuids=found_uuids)
+            return NvmlReport(device_count=count, uuids=found_uuids, names=names, capabilities=found_capabilities)
         return NvmlReport(
             device_count=count,
             driver_version=str(pynvml.nvmlSystemGetDriverVersion()),
             cuda_driver_version=_cuda_driver_version(pynvml),
             uuids=found_uuids,
-            names=tuple(_device_string(pynvml, "nvmlDeviceGetName", i) for i in range(count)),
+            names=names,
+            capabilities=found_capabilities,
         )
     except pynvml.NVMLError as exc:
         raise _unavailable(exc) from exc
@@ -172,6 +185,16 @@ def _device_string(pynvml: Any, function: str, index: int) -> str:
         return str(getattr(pynvml, function)(handle))
     except pynvml.NVMLError:
         return ""
+
+
+def _capability(pynvml: Any, index: int) -> tuple[int, int] | None:
+    """Return GPU ``index``'s CUDA compute capability ``(major, minor)``, None when it cannot answer."""
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
+        return int(major), int(minor)
+    except pynvml.NVMLError:
+        return None
 
 
 def _cuda_driver_version(pynvml: Any) -> int:

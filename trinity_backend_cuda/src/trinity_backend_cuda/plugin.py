@@ -10,12 +10,22 @@ nor pynvml.
 
 from __future__ import annotations
 
+import datetime
 import os
 from types import ModuleType
+from typing import Any
 
 from trinity.device.spec import hookimpl
-from trinity.device.types import BackendInfo, CompileSupport, DoctorCheck, ProbeResult
-from trinity_backend_cuda import compile_support, doctor, probe, workerenv
+from trinity.device.types import (
+    AttentionChoice,
+    BackendInfo,
+    CollectiveGroup,
+    CompileSupport,
+    DoctorCheck,
+    DtypeSupport,
+    ProbeResult,
+)
+from trinity_backend_cuda import compile_support, doctor, dtypes, probe, process_groups, workerenv
 from trinity_backend_cuda.info import INFO
 
 
@@ -52,6 +62,26 @@ def trinity_worker_env(self_managed_devices: bool) -> dict[str, str]:
 
 
 @hookimpl
+def trinity_supported_dtypes() -> DtypeSupport:
+    """Return the dtypes the GPUs compute in (bfloat16 from compute capability 8.0 on), read through NVML."""
+    return dtypes.supported_dtypes()
+
+
+@hookimpl
+def trinity_attention_implementation(dtype: str) -> AttentionChoice:
+    """Return ``flash_attention_2`` where flash_attn is installed and usable in ``dtype``, else ``sdpa``."""
+    return dtypes.attention_implementation(dtype)
+
+
+@hookimpl
 def trinity_doctor() -> list[DoctorCheck]:
     """Return the driver, CUDA_VISIBLE_DEVICES, torch build, NCCL and triton checks."""
     return doctor.run_checks()
+
+
+@hookimpl
+def trinity_stateless_process_group(  # noqa: PLR0917 - pluggy passes arguments by name
+    collective: str, store: Any, rank: int, world_size: int, timeout: datetime.timedelta, group_name: str
+) -> CollectiveGroup:
+    """Return an NCCL group connected on the current GPU (gloo and others: the core's route)."""
+    return process_groups.stateless_process_group(collective, store, rank, world_size, timeout, group_name)

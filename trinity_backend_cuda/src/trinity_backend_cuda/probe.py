@@ -3,6 +3,9 @@
 A CUDA context created in the driver process breaks every worker forked from
 it, and ``import torch`` costs about a second, so the probe uses only:
 
+0. the file system (:mod:`trinity_backend_cuda.driver`): with no NVIDIA device
+   files and no NVML library there is no driver, and the answer comes without
+   importing ``pynvml``;
 1. NVML (``pynvml``, imported here, not at plugin import): is there a driver,
    how many GPUs does it see, and (only when ``CUDA_VISIBLE_DEVICES`` names
    GPUs by UUID) their UUIDs;
@@ -19,7 +22,7 @@ from __future__ import annotations
 import os
 
 from trinity.device.types import ProbeResult
-from trinity_backend_cuda import nvml, torchbuild, visible
+from trinity_backend_cuda import driver, nvml, torchbuild, visible
 from trinity_backend_cuda.info import VISIBLE_DEVICES_ENV
 from trinity_backend_cuda.torchbuild import INSTALL_CUDA_TORCH
 
@@ -36,6 +39,8 @@ def probe() -> ProbeResult:
 
 
 def _probe() -> ProbeResult:
+    if not driver.look_for_driver().found:
+        return ProbeResult.unavailable(f"{driver.NO_DRIVER_REASON}; {nvml.INSTALL_DRIVER_FIX}")
     mask = os.environ.get(VISIBLE_DEVICES_ENV)
     try:
         report = nvml.read_nvml(uuids=visible.needs_uuids(mask))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from trinity.device.spec import SPEC_VERSION
-from trinity.device.types import BackendInfo, CompileSupport
+from trinity.device.types import AttentionChoice, BackendInfo, CompileSupport, DtypeSupport
 from trinity_backend_npu.cann import VISIBLE_DEVICES_VAR
 
 #: Prefixes of the variables an NPU worker inherits from the driver: CANN
@@ -41,3 +41,11 @@ COMPILE_SUPPORT = CompileSupport(
         "set trainer.use_torch_compile: false"
     ),
 )
+
+#: What Ascend 910B and newer compute models in: bfloat16 (first, as upstream Trinity-RFT defaults to it),
+#: float16 and float32 on the cube and vector units; their matmul kernels have no float64.
+DTYPE_SUPPORT = DtypeSupport(supported=("bfloat16", "float16", "float32"))
+
+#: FlashAttention-2 (flash_attn) is CUDA-only; torch_npu runs torch's scaled_dot_product_attention on its
+#: fused attention kernel on Ascend 910B and newer, in each of the dtypes above.
+ATTENTION = AttentionChoice("sdpa", "torch_npu's fused scaled_dot_product_attention; flash_attn is CUDA-only")

@@ -10,17 +10,28 @@ seeding call ``torch.npu`` through it, so they are not repeated here.
 
 from __future__ import annotations
 
+import datetime
 import os
 from collections.abc import Sequence
 from types import ModuleType
+from typing import Any
 
 from trinity.device.spec import hookimpl
-from trinity.device.types import BackendInfo, CompileSupport, DoctorCheck, ProbeResult
+from trinity.device.types import (
+    AttentionChoice,
+    BackendInfo,
+    CollectiveGroup,
+    CompileSupport,
+    DoctorCheck,
+    DtypeSupport,
+    ProbeResult,
+)
 from trinity_backend_npu import doctor as _doctor
 from trinity_backend_npu import probe as _probe
+from trinity_backend_npu import process_groups as _process_groups
 from trinity_backend_npu import runtime as _runtime
 from trinity_backend_npu import workerenv as _workerenv
-from trinity_backend_npu.info import COMPILE_SUPPORT, INFO
+from trinity_backend_npu.info import ATTENTION, COMPILE_SUPPORT, DTYPE_SUPPORT, INFO
 
 
 @hookimpl
@@ -60,6 +71,26 @@ def trinity_worker_env(self_managed_devices: bool) -> dict[str, str]:
 
 
 @hookimpl
+def trinity_supported_dtypes() -> DtypeSupport:
+    """Return bfloat16 (preferred), float16 and float32: what Ascend 910B and newer compute models in."""
+    return DTYPE_SUPPORT
+
+
+@hookimpl
+def trinity_attention_implementation(dtype: str) -> AttentionChoice:
+    """Return ``sdpa``: FlashAttention-2 does not exist for Ascend; torch_npu fuses sdpa itself."""
+    return ATTENTION
+
+
+@hookimpl
 def trinity_doctor() -> list[DoctorCheck]:
     """Return the NPU checks: devices, driver, CANN, NNAL/ATB, torch_npu, vllm-ascend, autoload."""
     return _doctor.run_checks()
+
+
+@hookimpl
+def trinity_stateless_process_group(  # noqa: PLR0917 - pluggy passes arguments by name
+    collective: str, store: Any, rank: int, world_size: int, timeout: datetime.timedelta, group_name: str
+) -> CollectiveGroup:
+    """Return an HCCL group built from torch_npu's ProcessGroupHCCL (gloo and others: the core's route)."""
+    return _process_groups.stateless_process_group(collective, store, rank, world_size, timeout, group_name)

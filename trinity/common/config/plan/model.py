@@ -9,9 +9,10 @@ from typing import Any
 from trinity.common.config.loader import ConfigError
 from trinity.common.config.schema import Config, TinyModelConfig
 
-#: Spellings of ``explorer.rollout_model.dtype`` and the torch dtype each names.
+#: Spellings of ``explorer.rollout_model.dtype`` and the torch dtype each names (``auto``: the device backend's
+#: preferred dtype, decided when the plan meets the backend).
 DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16",
-          "float32": "float32", "fp32": "float32"}
+          "float32": "float32", "fp32": "float32", "auto": "auto"}
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,8 @@ class ModelPlan:
     repetition_penalty: float
     #: Passed to chat templates that know it.
     enable_thinking: bool | None
-    #: Weights dtype of engines and of the trainer's compute (``float32``, ``bfloat16``, ``float16``).
+    #: Weights dtype of engines and of the trainer's compute (``float32``, ``bfloat16``, ``float16``, or
+    #: ``auto``: the device backend's preferred one).
     dtype: str
     #: Build a tiny model at ``path`` when missing.
     tiny: TinyModelConfig | None

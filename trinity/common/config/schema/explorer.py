@@ -21,7 +21,7 @@ class InferenceModelConfig:
     #: Allow the model's own code.
     trust_remote_code: bool = False
     #: ``vllm`` (accelerators), ``hf`` (transformers, any device) or ``auto``: vllm on an accelerator
-    #: backend, hf on the CPU backend.
+    #: backend, hf where tensors live on the host CPU (the CPU backend, a CPU-backed vendor device).
     engine_type: str = refused_values("auto", {
         "tinker": "the Tinker service is not supported; use vllm or hf",
         "external": "external OpenAI-compatible engines are not supported yet; use vllm or hf",
@@ -40,8 +40,10 @@ class InferenceModelConfig:
     enable_chunked_prefill: bool = True
     #: vllm: fraction of each device's memory the engine may take.
     gpu_memory_utilization: float = 0.9
-    #: Weights dtype of the engine (and of the weights the trainer sends it).
-    dtype: str = "bfloat16"
+    #: Weights dtype of the engine (the rollout model's is also the trainer's compute dtype); ``auto``: the
+    #: device backend's preferred one (bfloat16 on CUDA from compute capability 8.0 and on Ascend, as upstream;
+    #: float32 on the CPU).
+    dtype: str = "auto"
     #: Sampling seed of the engine.
     seed: int = 42
     #: Context length of the engine; default ``model.max_model_len``.

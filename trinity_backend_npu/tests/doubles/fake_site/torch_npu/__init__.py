@@ -27,6 +27,9 @@ models what trinity-backend-npu relies on:
   ``npu``; a test process shared with other backends' tests uses this mode,
   while child processes run the faithful registration.
 
+``torch_npu._C._distributed_c10d.ProcessGroupHCCL`` is modelled too (see that
+module): the c10d backend class a stateless HCCL group is built from.
+
 The number of NPUs comes from ``FAKE_TORCH_NPU_DEVICES`` (default 8), masked by
 ``ASCEND_RT_VISIBLE_DEVICES`` like the real runtime.
 """
@@ -52,6 +55,7 @@ if not _libhccl_on_library_path():
 
 import torch  # noqa: E402
 
+from torch_npu import _C as _C  # noqa: E402 - like the real package, which loads its extension
 from torch_npu import npu  # noqa: E402
 
 __version__ = "2.13.0"

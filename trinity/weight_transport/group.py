@@ -1,0 +1,279 @@
+"""The online weight-sync group: trainer rank 0 broadcasts weights to the rollout engines.
+
+The group is a process group of its own, built on its own ``TCPStore``; it
+never needs (nor touches) the default process group, so the trainer's FSDP
+group and each engine's tensor-parallel group live beside it undisturbed.
+
+* Trainer rank 0 calls :meth:`WeightSyncGroup.create` (it hosts the store and
+  is rank 0); engine ``i`` calls :meth:`WeightSyncGroup.join` with rank
+  ``info.rank_offset + i``. Every member must construct concurrently: the
+  constructor is a rendezvous.
+* Per sync, rank 0 calls :meth:`~WeightSyncGroup.broadcast_state_dict` and the
+  engines :meth:`~WeightSyncGroup.receive_state_dict` with the
+  :class:`~trinity.weight_transport.protocol.TensorMeta` list rank 0 returns
+  (or :func:`~trinity.weight_transport.buckets.state_dict_metas` computed ahead
+  of the broadcast) and the same ``bucket_bytes``. Both sides derive the same
+  bucket plan from the metas (:mod:`trinity.weight_transport.buckets`). A small
+  header broadcast first lets receivers refuse a plan that differs from the
+  sender's with a clear error instead of silently loading garbage.
+
+The process group itself comes from the selected device backend
+(``trinity.device.stateless_process_group``): ``gloo`` with CPU buffers, or
+the backend's own collective with buffers on the current device. Only the
+group's own ``broadcast(tensor, root)`` is used, so the group needs no
+registration in torch's default world.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+import trinity.device
+from trinity.weight_transport.buckets import (
+    HEADER_LEN,
+    dtype_from_name,
+    numel_of,
+    plan_buckets,
+    plan_header,
+    state_dict_metas,
+)
+from trinity.weight_transport.protocol import TensorMeta, WeightSyncError, WeightSyncGroupInfo
+
+logger = logging.getLogger(__name__)
+
+#: Buckets in flight at once on each side of a broadcast (double buffering).
+IN_FLIGHT = 2
+
+
+def _buffer_device(device_type: str) -> torch.device:
+    """Return the device a group's buffers live on: the CPU, or the current device of the selected backend."""
+    if device_type == "cpu":
+        return torch.device("cpu")
+    device: torch.device = trinity.device.torch_device()
+    if device.type != device_type:
+        raise WeightSyncError(
+            f"the weight-sync group moves {device_type!r} tensors but the selected device backend is "
+            f"{trinity.device.get_device_type()!r}; the backend's trinity_stateless_process_group returned a "
+            "group for another device"
+        )
+    return device
+
+
+class WeightSyncGroup:
+    """A process group of trainer rank 0 (rank 0) and the rollout engines (ranks 1..world-1)."""
+
+    def __init__(self, pg: Any, store: Any, info: WeightSyncGroupInfo, rank: int, *, device: torch.device) -> None:
+        self._pg = pg
+        self._store = store
+        self.info = info
+        self.rank = rank
+        self.world_size = info.world_size
+        self.device = device
+        self._closed = False
+        #: Packing buffers of the sender, reused across syncs (at most IN_FLIGHT x the largest bucket).
+        self._staging: list[torch.Tensor] = []
+
+    @classmethod
+    def create(cls, info: WeightSyncGroupInfo) -> WeightSyncGroup:
+        """Host the group's store on ``info.master_addr:info.master_port`` and join as rank 0 (the trainer).
+
+        Blocks until every engine has joined (or ``info.timeout_s`` passes).
+        """
+        return cls._build(info, 0)
+
+    @classmethod
+    def join(cls, info: WeightSyncGroupInfo, rank: int) -> WeightSyncGroup:
+        """Join the group hosted by trainer rank 0 as ``rank`` (engine ranks start at ``info.rank_offset``)."""
+        if not 0 < rank < info.world_size:
+            raise WeightSyncError(f"an engine joins with a rank in 1..{info.world_size - 1}, got {rank}")
+        return cls._build(info, rank)
+
+    @classmethod
+    def _build(cls, info: WeightSyncGroupInfo, rank: int) -> WeightSyncGroup:
+        from torch.distributed import PrefixStore, TCPStore  # type: ignore[attr-defined]
+
+        timeout = datetime.timedelta(seconds=info.timeout_s)
+        started = time.monotonic()
+        try:
+            store = TCPStore(
+                info.master_addr, info.master_port, info.world_size, is_master=rank == 0, timeout=timeout,
+                wait_for_workers=False,
+            )
+        except Exception as exc:
+            where = "host" if rank == 0 else "reach"
+            raise WeightSyncError(
+                f"weight-sync group {info.group_name!r}: rank {rank} cannot {where} the store at "
+                f"{info.master_addr}:{info.master_port}: {type(exc).__name__}: {exc}"
+            ) from exc
+        try:
+            group = trinity.device.stateless_process_group(
+                info.backend, PrefixStore(f"{info.group_name}/{info.backend}", store), rank=rank,
+                world_size=info.world_size, timeout=timeout, group_name=info.group_name,
+            )
+        except trinity.device.DeviceError as exc:  # no route, or the backend's runtime is missing: its own words
+            raise WeightSyncError(f"weight-sync group {info.group_name!r}: {exc}") from exc
+        except Exception as exc:
+            raise WeightSyncError(
+                f"weight-sync group {info.group_name!r} ({info.backend}): rank {rank} of {info.world_size} could not "
+                f"rendezvous within {info.timeout_s:g} s: {type(exc).__name__}: {exc}"
+            ) from exc
+        device = _buffer_device(group.device_type)
+        logger.info("weight-sync group %s: rank %d/%d ready in %.2f s (%s on %s)", info.group_name, rank,
+                    info.world_size, time.monotonic() - started, group.collective, device)
+        return cls(group.process_group, store, info, rank, device=device)
+
+    # -- collectives ---------------------------------------------------------------------
+
+    def _broadcast(self, tensor: torch.Tensor) -> None:
+        self._pg.broadcast(tensor, 0).wait()
+
+    def broadcast_state_dict(self, state_dict: Mapping[str, torch.Tensor], bucket_bytes: int) -> list[TensorMeta]:
+        """Broadcast ``state_dict`` from rank 0 in buckets of at most ``bucket_bytes``; return its metas.
+
+        Packing bucket ``i + 1`` overlaps the broadcast of bucket ``i``: at most
+        :data:`IN_FLIGHT` packing buffers, reused once their broadcast is done
+        and kept for the next sync (released by :meth:`close`). A bucket that
+        is one piece of one tensor already on the group's device is sent
+        without a copy.
+        """
+        self._check_open()
+        if self.rank != 0:
+            raise WeightSyncError(f"only rank 0 broadcasts weights; this member is rank {self.rank}")
+        metas = state_dict_metas(state_dict)
+        buckets = plan_buckets(metas, bucket_bytes)
+        self._broadcast(plan_header(metas, buckets).to(self.device))
+        flats = [t.detach().reshape(-1) for t in state_dict.values()]
+        largest = max((b.nbytes for b in buckets), default=0)
+        if self._staging and self._staging[0].numel() < largest:
+            self._staging = []
+        free: list[torch.Tensor] = list(self._staging)
+        allocated = len(free)
+        in_flight: deque[tuple[Any, torch.Tensor | None]] = deque()
+
+        def retire() -> None:
+            work, held = in_flight.popleft()
+            work.wait()
+            if held is not None:
+                free.append(held)
+
+        for bucket in buckets:
+            while len(in_flight) >= IN_FLIGHT:
+                retire()
+            pieces = [flats[s.index][s.start : s.stop] for s in bucket.slices]
+            held: torch.Tensor | None = None
+            if len(pieces) == 1:
+                buffer = pieces[0].to(self.device)
+            else:
+                if not free and allocated < IN_FLIGHT:
+                    fresh = torch.empty(largest, dtype=torch.uint8, device=self.device)
+                    self._staging.append(fresh)  # kept for the next sync: no new pages to fault in
+                    free.append(fresh)
+                    allocated += 1
+                while not free:
+                    retire()
+                held = free.pop()
+                buffer = held[: bucket.nbytes].view(dtype_from_name(bucket.dtype))
+                if all(p.device == self.device for p in pieces):
+                    torch.cat(pieces, out=buffer)
+                else:
+                    buffer.copy_(torch.cat(pieces))
+            trinity.device.synchronize()
+            in_flight.append((self._pg.broadcast(buffer, 0), held))
+        while in_flight:
+            retire()
+        trinity.device.synchronize()
+        return metas
+
+    def receive_state_dict(
+        self, metas: Sequence[TensorMeta], bucket_bytes: int, device: torch.device | str | None = None
+    ) -> dict[str, torch.Tensor]:
+        """Receive the broadcast of ``metas`` (sent with the same ``bucket_bytes``); tensors end up on ``device``.
+
+        The tensors of one dtype are views of one flat buffer laid out as the
+        bucket plan lays them, so each bucket is received straight into place:
+        no unpacking copy. ``device`` defaults to the group's buffer device
+        (tensors are moved there afterwards when it differs). Raises
+        :class:`WeightSyncError` when the sender's plan differs from the one
+        ``metas`` give (different names, shapes, dtypes or bucket size).
+        """
+        self._check_open()
+        if self.rank == 0:
+            raise WeightSyncError("rank 0 is the sender; it cannot receive weights")
+        target = torch.device(device) if device is not None else self.device
+        buckets = plan_buckets(metas, bucket_bytes)
+        expected = plan_header(metas, buckets)
+        header = torch.empty(HEADER_LEN, dtype=torch.int64, device=self.device)
+        self._broadcast(header)
+        if not torch.equal(header.cpu(), expected):
+            raise WeightSyncError(
+                f"weight-sync rank {self.rank}: the sender broadcasts {int(header[0])} tensors in {int(header[1])} "
+                f"buckets but the metas given here describe {len(metas)} tensors in {len(buckets)} buckets; "
+                "sender and receivers must use the same metas and bucket_bytes"
+            )
+        # One flat buffer per dtype, in plan order: bucket k of a dtype is the next run of its buffer.
+        sizes: dict[str, int] = {}
+        offsets: list[int] = []
+        for meta in metas:
+            offsets.append(sizes.get(meta.dtype, 0))
+            sizes[meta.dtype] = sizes.get(meta.dtype, 0) + numel_of(meta.shape)
+        storage = {dtype: torch.empty(total, dtype=dtype_from_name(dtype), device=self.device)
+                   for dtype, total in sizes.items()}
+        filled = dict.fromkeys(sizes, 0)
+        in_flight: deque[Any] = deque()
+        trinity.device.synchronize()
+        for bucket in buckets:
+            start = filled[bucket.dtype]
+            filled[bucket.dtype] = start + bucket.numel
+            if len(in_flight) >= IN_FLIGHT:
+                in_flight.popleft().wait()
+            in_flight.append(self._pg.broadcast(storage[bucket.dtype][start : start + bucket.numel], 0))
+        while in_flight:
+            in_flight.popleft().wait()
+        trinity.device.synchronize()
+        out: dict[str, torch.Tensor] = {}
+        for meta, offset in zip(metas, offsets, strict=True):
+            view = storage[meta.dtype][offset : offset + numel_of(meta.shape)].view(meta.shape)
+            out[meta.name] = view if target == self.device else view.to(target)
+        return out
+
+    def broadcast_tensor(self, tensor: torch.Tensor) -> None:
+        """Broadcast one tensor in place from rank 0 (a raw collective, for benchmarks and small messages)."""
+        self._check_open()
+        self._broadcast(tensor)
+
+    # -- lifetime ------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise WeightSyncError(f"weight-sync group {self.info.group_name!r} is closed")
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Release the group and its store (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._staging = []
+        try:
+            if hasattr(self._pg, "shutdown"):
+                self._pg.shutdown()
+        except Exception as exc:  # noqa: BLE001 - closing must not fail a run that is ending
+            logger.debug("closing weight-sync group %s: %s", self.info.group_name, exc)
+        self._pg = None
+        self._store = None
+
+    def __enter__(self) -> WeightSyncGroup:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
