@@ -8,16 +8,16 @@ tensors, so the ranks really exchange data.
 from __future__ import annotations
 
 import datetime
-import threading
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 import torch
-from torch.distributed import HashStore, PrefixStore
+from torch.distributed import HashStore
 
 from trinity.device import CollectiveGroupError
 from trinity.device.loader import load_plugin
+from trinity.device.testing.conformance import broadcast_through_stateless_group
 from trinity_backend_cuda import plugin
 
 Install = Callable[..., Any]
@@ -43,23 +43,9 @@ def test_nccl_group_is_connected_on_the_current_gpu(cuda_doubles: Install) -> No
 def test_two_ranks_on_two_gpus_broadcast(cuda_doubles: Install) -> None:
     doubles = cuda_doubles(gpus=2)
     backend = load_plugin(plugin, expected_name="cuda")
-    store = HashStore()
-    received: dict[int, list[float]] = {}
-
-    def rank(index: int) -> None:
-        group = backend.stateless_process_group(
-            "nccl", PrefixStore("g", store), rank=index, world_size=2, timeout=TIMEOUT, group_name="g"
-        )
-        tensor = torch.arange(4, dtype=torch.float32) * (1 if index == 0 else 0)  # CPU: the double's tensors
-        group.process_group.broadcast(tensor, 0).wait()
-        received[index] = tensor.tolist()
-
-    threads = [threading.Thread(target=rank, args=(i,), daemon=True) for i in (0, 1)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    assert received == {0: [0.0, 1.0, 2.0, 3.0], 1: [0.0, 1.0, 2.0, 3.0]}
+    outcomes = broadcast_through_stateless_group(backend, "nccl", 2, tensor_device="cpu")  # the double's tensors
+    assert {rank: received for rank, (_, received) in outcomes.items()} == {
+        0: [float(i) for i in range(8)], 1: [float(i) for i in range(8)]}, outcomes
     assert len(doubles.nccl.created) == 2
 
 

@@ -168,27 +168,33 @@ class BackendConformance:
             assert len(probe.reason) > 10, f"an unavailable probe must tell the user why, got {probe.reason!r}; " + fix(
                 "give trinity_probe's reason: what is missing and what to install or set", _REQUIRED)
 
-    def test_probe_imports_no_runtime(self) -> None:
+    def _heavy_imports_after(self, calls: str) -> tuple[str | None, list[str]]:
+        """Run ``calls`` on a freshly loaded backend in a new interpreter; return (its error, heavy modules imported).
+
+        ``calls`` is Python with ``backend`` in scope. The error is the
+        interpreter's stderr when it failed, else None.
+        """
         forbidden = ("torch", *self.heavy_modules)
-        code = textwrap.dedent(
-            f"""
-            import json, sys
-            from trinity.device.testing.conformance import _fresh_backend
-            backend = _fresh_backend({self.backend_name!r})
-            backend.info
-            backend.probe()
-            backend.compile_support()
-            print(json.dumps(sorted(m for m in {forbidden!r} if m in sys.modules)))
-            """
-        )
+        code = "\n".join([
+            "import json, sys",
+            "from trinity.device.testing.conformance import _fresh_backend",
+            f"backend = _fresh_backend({self.backend_name!r})",
+            *textwrap.dedent(calls).strip().splitlines(),
+            f"print(json.dumps(sorted(m for m in {forbidden!r} if m in sys.modules)))",
+        ])
         env = {**os.environ, **self.probe_subprocess_env}
         env.pop(DEVICE_ENV, None)
         done = subprocess.run(
             [sys.executable, "-c", code], check=False, capture_output=True, text=True, env=env, timeout=120
         )
-        assert done.returncode == 0, f"loading and probing in a fresh interpreter failed: {done.stderr}; " + fix(
+        if done.returncode != 0:
+            return done.stderr, []
+        return None, json.loads(done.stdout.strip().splitlines()[-1])
+
+    def test_probe_imports_no_runtime(self) -> None:
+        error, imported = self._heavy_imports_after("backend.info\nbackend.probe()\nbackend.compile_support()")
+        assert error is None, f"loading and probing in a fresh interpreter failed: {error}; " + fix(
             "make the plugin module, trinity_backend_info and trinity_probe work without the device runtime", _NO_INIT)
-        imported = json.loads(done.stdout.strip().splitlines()[-1])
         assert imported == [], f"loading/probing {self.backend_name} imported {imported}; " + fix(
             "import them only inside trinity_device_module and the hooks that use the device, never at module "
             "import, in trinity_backend_info or in trinity_probe", _NO_INIT)
@@ -396,29 +402,16 @@ class BackendConformance:
                 f"trinity_attention_implementation({dtype!r}) must name transformers' attn_implementation", _DTYPES)
 
     def test_dtype_answers_import_no_runtime(self) -> None:
-        forbidden = ("torch", *self.heavy_modules)
-        code = textwrap.dedent(
-            f"""
-            import json, sys
-            from trinity.device.testing.conformance import _fresh_backend
-            backend = _fresh_backend({self.backend_name!r})
-            backend.attention_implementation(backend.supported_dtypes().preferred)
-            print(json.dumps(sorted(m for m in {forbidden!r} if m in sys.modules)))
-            """
-        )
-        env = {**os.environ, **self.probe_subprocess_env}
-        env.pop(DEVICE_ENV, None)
-        done = subprocess.run(
-            [sys.executable, "-c", code], check=False, capture_output=True, text=True, env=env, timeout=120
-        )
-        assert done.returncode == 0, f"{done.stderr}; " + fix(
+        error, imported = self._heavy_imports_after(
+            "backend.attention_implementation(backend.supported_dtypes().preferred)")
+        assert error is None, f"{error}; " + fix(
             "trinity_supported_dtypes and trinity_attention_implementation must answer without the device", _NO_INIT)
-        imported = json.loads(done.stdout.strip().splitlines()[-1])
         assert imported == [], (
             f"trinity_supported_dtypes / trinity_attention_implementation of {self.backend_name} imported "
             f"{imported}: they are asked while a run is planned, where no device runtime may load; "
             + fix("import the device runtime only inside the hooks that need the device", _NO_INIT)
         )
+
 
 def broadcast_through_stateless_group(
     backend: Backend, collective: str, world_size: int, tensor_device: str | None = None, timeout_s: float = 60.0
