@@ -9,7 +9,6 @@ entry-point group. Importing this package does not import torch.
 from trinity.device.assignment import (
     DeviceAssignment,
     DeviceAssignmentError,
-    assign_devices,
     current_assignment,
     release_devices,
 )
@@ -24,6 +23,7 @@ from trinity.device.errors import (
     UnsupportedDtypeError,
 )
 from trinity.device.facade import (
+    assign_devices,
     attention_implementation,
     current_backend,
     current_selection,

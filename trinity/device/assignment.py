@@ -23,9 +23,12 @@ import tempfile
 import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trinity.device.errors import DeviceError
+
+if TYPE_CHECKING:
+    from trinity.device.backend import Backend
 
 #: Folder under the temporary directory holding the per-node claims.
 CLAIMS_FOLDER = "trinity-devices"
@@ -72,8 +75,8 @@ _current: DeviceAssignment | None = None
 _held: list[int] = []
 
 
-def assign_devices(count: int = 1, *, make_current: bool = True) -> DeviceAssignment:
-    """Decide the ``count`` devices of this process, set its visible-devices mask and make the first current.
+def assign_devices(backend: Backend, count: int = 1, *, make_current: bool = True) -> DeviceAssignment:
+    """Decide the ``count`` devices of ``backend`` this process drives, set its mask and make the first current.
 
     Inside a Ray actor: the ids Ray assigned for the backend's resource key
     when Ray knows that key (then ``count`` is not used: the actor's resource
@@ -91,7 +94,7 @@ def assign_devices(count: int = 1, *, make_current: bool = True) -> DeviceAssign
     with _lock:
         if _current is not None:
             return _current
-        _current = _assign(count, make_current)
+        _current = _assign(backend, count, make_current)
         return _current
 
 
@@ -114,16 +117,14 @@ def claims_folder(node_id: str, resource_key: str) -> Path:
     return Path(tempfile.gettempdir()) / CLAIMS_FOLDER / node_id / resource_key
 
 
-def _assign(count: int, make_current: bool) -> DeviceAssignment:
-    from trinity.device import facade
-
-    info = facade.current_backend().info
+def _assign(backend: Backend, count: int, make_current: bool) -> DeviceAssignment:
+    info = backend.info
     key, var = info.ray_resource_key, info.visible_devices_env
     context = _actor_context()
     if key is None or context is None:
         local = 0 if count > 0 else None
         if make_current and local is not None:
-            facade.set_device(local)
+            backend.set_device(local)
         return DeviceAssignment(key, (), SOURCE_NONE, local, var, os.environ.get(var) if var else None,
                                 *_node(context))
     assigned = context.get_accelerator_ids()
@@ -132,10 +133,10 @@ def _assign(count: int, make_current: bool) -> DeviceAssignment:
     else:
         devices, source = _claim(context.get_node_id(), key, count), SOURCE_CLAIMED
     if var and devices:
-        os.environ.update(facade.visible_devices_env(devices))
+        os.environ.update(backend.visible_devices_env(devices))
     local = (0 if var else devices[0]) if devices else None
     if make_current and local is not None:
-        facade.set_device(local)
+        backend.set_device(local)
     return DeviceAssignment(key, devices, source, local, var, os.environ.get(var) if var else None,
                             *_node(context))
 

@@ -16,7 +16,9 @@ from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
+from trinity.device import assignment as _assignment
 from trinity.device import selection as _selection
+from trinity.device.assignment import DeviceAssignment
 from trinity.device.backend import Backend
 from trinity.device.errors import InvalidDeviceRequestError
 from trinity.device.loader import BackendRecord, discover
@@ -90,12 +92,22 @@ def current_backend() -> Backend:
     return current_selection().backend
 
 
+def assign_devices(count: int = 1, *, make_current: bool = True) -> DeviceAssignment:
+    """Decide the ``count`` devices this process drives on the selected backend (see :mod:`trinity.device.assignment`).
+
+    Inside a Ray actor: the ids Ray assigned when Ray knows the backend's
+    resource key, else ``count`` indices claimed on this node; the
+    visible-devices mask is written before the device runtime starts and,
+    with ``make_current``, the first device is made current. A second call in
+    the same process returns the first answer.
+    """
+    return _assignment.assign_devices(current_backend(), count, make_current=make_current)
+
+
 def reset() -> None:
     """Forget discovery, selection and this process's device assignment (tests, or after installing a backend)."""
     global _records, _current
-    from trinity.device.assignment import release_devices
-
-    release_devices()
+    _assignment.release_devices()
     with _lock:
         _records = None
         _current = None
