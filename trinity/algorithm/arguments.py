@@ -65,6 +65,33 @@ def as_number(value: Any, where: str) -> float:
     return float(value)
 
 
+def check_decoupled(options: Mapping[str, Any], where: str) -> None:
+    """Check the options of the decoupled PPO objective in ``options``, the option mapping named ``where``.
+
+    Raises PlanError when ``decoupled`` is not true or false, ``behav_imp_weight_cap``
+    is neither null nor a number above 1, a cap is set while ``decoupled`` is
+    off, or ``decoupled`` is combined with ``fallback_to_policy_gradient``
+    (which ignores the log-probs the objective is built on).
+    """
+    decoupled = options.get("decoupled", False)
+    if not isinstance(decoupled, bool):
+        raise PlanError(f"{where}.decoupled: must be true or false, got {decoupled!r}")
+    cap = options.get("behav_imp_weight_cap")
+    if cap is not None:
+        if as_number(cap, f"{where}.behav_imp_weight_cap") <= 1.0:
+            raise PlanError(f"{where}.behav_imp_weight_cap: must be greater than 1 (null: no cap), got {cap}")
+        if not decoupled:
+            raise PlanError(
+                f"{where}.behav_imp_weight_cap: applies to the decoupled objective only; set decoupled: true "
+                "or remove behav_imp_weight_cap"
+            )
+    if decoupled and options.get("fallback_to_policy_gradient"):
+        raise PlanError(
+            f"{where}.decoupled: excludes fallback_to_policy_gradient (which ignores the behaviour log-probs "
+            "the decoupled objective weights by); turn one of them off"
+        )
+
+
 def resolve_args(
     family: Family,
     name: str,

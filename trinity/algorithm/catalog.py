@@ -29,6 +29,7 @@ READABLE = frozenset(
     {
         "advantages",  # per-token advantages (policy losses)
         "old_logprobs",  # behaviour-policy log-probs
+        "proximal_logprobs",  # the trained policy's log-probs before this step's update (recomputed by the trainer)
         "ref_logprobs",  # frozen reference model's log-probs
         "teacher_logprobs",  # a teacher model's log-probs of the sampled tokens (distillation)
         "values",  # critic values
@@ -55,22 +56,34 @@ class FunctionInfo:
     default_args: Mapping[str, Any] | None = None
     #: Inputs it reads (names from :data:`READABLE`).
     reads: frozenset[str] = frozenset()
+    #: Inputs it also reads while the option of that name is set to a true value (names from :data:`READABLE`).
+    option_reads: Mapping[str, frozenset[str]] = field(default_factory=dict)
     #: Advantage functions only: a row's result depends on its own group alone (so the buffer may compute it).
     group_local: bool = False
     #: One line for documentation and ``--dry-run``.
     summary: str = ""
 
     def __post_init__(self) -> None:
-        unknown = set(self.reads) - READABLE
+        unknown = set(self.reads).union(*self.option_reads.values()) - READABLE
         if unknown:
             raise ValueError(f"{self.target}: unknown inputs {sorted(unknown)} (known: {sorted(READABLE)})")
+        stray = set(self.option_reads) - set(self.options)
+        if stray:
+            raise ValueError(f"{self.target}: option_reads {sorted(stray)} are not options")
         if self.default_args is not None:
             extra = set(self.default_args) - set(self.options)
             if extra:
                 raise ValueError(f"{self.target}: default_args {sorted(extra)} are not options")
         object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
+        object.__setattr__(self, "option_reads", MappingProxyType(dict(self.option_reads)))
         if self.default_args is not None:
             object.__setattr__(self, "default_args", MappingProxyType(dict(self.default_args)))
+
+    def reads_with(self, options: Mapping[str, Any]) -> frozenset[str]:
+        """Return the inputs it reads when called with ``options`` (its own defaults filling the rest)."""
+        effective = {**self.options, **options}
+        extra = [needed for name, needed in self.option_reads.items() if effective.get(name)]
+        return self.reads.union(*extra)
 
     def upstream_defaults(self) -> dict[str, Any]:
         """Return the options used when the config gives no ``*_args`` (upstream's ``default_args()``)."""
@@ -335,6 +348,8 @@ POLICY_LOSSES.declare(
             "enable_sequence_masking": False,
             "delta_sequence_masking": 0.1,
             "fallback_to_policy_gradient": False,
+            "decoupled": False,
+            "behav_imp_weight_cap": None,
         },
         default_args={
             "clip_range": 0.2,
@@ -345,7 +360,9 @@ POLICY_LOSSES.declare(
             "fallback_to_policy_gradient": False,
         },
         reads=_PG,
-        summary="clipped surrogate with dual clip",
+        option_reads={"decoupled": frozenset({"proximal_logprobs"})},
+        summary="clipped surrogate with dual clip; decoupled: clipped against the proximal policy, "
+        "weighted by proximal / behaviour",
     ),
 )
 POLICY_LOSSES.declare(

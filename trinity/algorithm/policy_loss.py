@@ -28,7 +28,7 @@ from trinity.common.experience import Batch
 
 __all__ = ["POLICY_LOSS_FNS", "PolicyLossInputs", "compute_policy_loss", "interleave_pairs"]
 
-_TOKEN_FIELDS = ("response_mask", "old_logprobs", "advantages", "ref_logprobs")
+_TOKEN_FIELDS = ("response_mask", "old_logprobs", "proximal_logprobs", "advantages", "ref_logprobs")
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,8 @@ class PolicyLossInputs:
     response_mask: torch.Tensor
     #: Log-probs under the behaviour policy that generated the tokens (PPO and the other ratio-based losses).
     old_logprobs: torch.Tensor | None = None
+    #: Log-probs under the trained policy as it was before this step's update (``ppo`` with ``decoupled``).
+    proximal_logprobs: torch.Tensor | None = None
     #: Per-token advantages.
     advantages: torch.Tensor | None = None
     #: Log-probs under the frozen reference model (DPO).
@@ -77,16 +79,19 @@ class PolicyLossInputs:
         logprobs: torch.Tensor,
         *,
         ref_logprobs: torch.Tensor | None = None,
+        proximal_logprobs: torch.Tensor | None = None,
         global_step: int | None = None,
     ) -> PolicyLossInputs:
         """Return the inputs for ``batch`` (mask, old log-probs, advantages, expert rows) and the policy's ``logprobs``.
 
-        Raises ValueError when ``logprobs`` or ``ref_logprobs`` is not ``[B, T-1]`` like the batch.
+        Raises ValueError when ``logprobs``, ``ref_logprobs`` or ``proximal_logprobs`` is not ``[B, T-1]`` like the
+        batch.
         """
         return cls(
             logprobs=logprobs,
             response_mask=batch.response_mask,
             old_logprobs=batch.old_logprobs,
+            proximal_logprobs=proximal_logprobs,
             advantages=batch.advantages,
             ref_logprobs=ref_logprobs,
             expert_mask=batch.expert_mask,

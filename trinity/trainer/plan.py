@@ -30,7 +30,15 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from trinity.algorithm.algorithms import AdvantagePlace, AlgorithmSpec, Schema
-from trinity.algorithm.arguments import PlanError, as_number, check_value, config_name, format_options, resolve_args
+from trinity.algorithm.arguments import (
+    PlanError,
+    as_number,
+    check_decoupled,
+    check_value,
+    config_name,
+    format_options,
+    resolve_args,
+)
 from trinity.algorithm.catalog import (
     ADVANTAGES,
     ALGORITHMS,
@@ -148,6 +156,9 @@ class TrainingPlan:
     expert_rows: bool
     #: Whether the trainer needs the behaviour policy's log-probs (recomputed when experiences lack them).
     needs_old_logprobs: bool
+    #: Whether the policy loss reads the policy's log-probs before the update (``ppo``'s ``decoupled``): the
+    #: trainer recomputes them, and ``old_logprobs`` must be the engine's.
+    needs_proximal_logprobs: bool
     #: Whether experiences must carry ``teacher_logprobs`` (distillation).
     needs_teacher_logprobs: bool
     #: Whether the policy loss reads the global step (``mix_chord``'s schedule).
@@ -195,6 +206,7 @@ class TrainingPlan:
             name
             for name, flag in (
                 ("old log-probs", self.needs_old_logprobs),
+                ("proximal log-probs", self.needs_proximal_logprobs),
                 ("teacher log-probs", self.needs_teacher_logprobs),
                 ("expert rows", self.expert_rows),
                 ("preference pairs", self.paired),
@@ -305,6 +317,8 @@ def _policy_loss(
 ) -> tuple[str, dict[str, Any], FunctionInfo | None]:
     name = config_name(cfg.policy_loss_fn or spec.policy_loss_fn)
     options, info = resolve_args(POLICY_LOSSES, name, cfg.policy_loss_fn_args, "algorithm.policy_loss_fn")
+    if info is not None and "decoupled" in info.options:
+        check_decoupled(options, "algorithm.policy_loss_fn_args")
     if "loss_agg_mode" in options:
         given = options["loss_agg_mode"]
         if cfg.policy_loss_fn_args is not None and given != loss_agg_mode:
@@ -353,7 +367,7 @@ def resolve_plan(cfg: AlgorithmConfig) -> TrainingPlan:
     sample_strategy, sample_options = _sample_strategy(cfg, spec)
 
     loss_name, loss_options, loss_info = _policy_loss(cfg, spec, loss_agg_mode)
-    loss_reads = loss_info.reads if loss_info else _CUSTOM_LOSS_READS
+    loss_reads = loss_info.reads_with(loss_options) if loss_info else _CUSTOM_LOSS_READS
     paired = "pairs" in loss_reads
     expert_rows = "expert_mask" in loss_reads
     if paired and spec.schema != "dpo":
@@ -462,6 +476,7 @@ def resolve_plan(cfg: AlgorithmConfig) -> TrainingPlan:
             or "old_logprobs" in kl_loss_reads
             or (in_trainer and "old_logprobs" in advantage_reads)
         ),
+        needs_proximal_logprobs="proximal_logprobs" in loss_reads,
         needs_teacher_logprobs="teacher_logprobs" in advantage_reads,
         needs_global_step="global_step" in loss_reads,
         group_filter=group_filter,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from trinity.algorithm.arguments import check_decoupled
 from trinity.algorithm.losses.common import MAX_LOG_RATIO, clip_bounds, log_ratio, mean_over_tokens
 from trinity.algorithm.masked import masked_count, masked_mean
 from trinity.algorithm.policy_loss import PolicyLossInputs
@@ -22,6 +23,27 @@ def _clipped_surrogate(
     return torch.maximum(unclipped, clipped), clipped > unclipped
 
 
+def _behaviour_weight(inputs: PolicyLossInputs, cap: float | None) -> tuple[torch.Tensor, dict[str, float]]:
+    """Return the per-token weight ``exp(proximal_logp - old_logp)`` (no gradient) and its metrics.
+
+    Tokens whose weight exceeds ``cap`` get weight 0. Metrics:
+    ``behav_imp_weight_mean`` (before the cap), ``behav_approx_kl`` (mean
+    ``old_logp - proximal_logp``) and, with a cap, ``behav_imp_weight_capped_frac``.
+    """
+    behaviour = inputs.require("old_logprobs", "ppo")
+    logw = (inputs.require("proximal_logprobs", "ppo") - behaviour).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO).detach()
+    weight = logw.exp()
+    metrics = {
+        "behav_imp_weight_mean": mean_over_tokens(weight, inputs),
+        "behav_approx_kl": mean_over_tokens(-logw, inputs),
+    }
+    if cap is not None:
+        over = weight > cap
+        weight = torch.where(over, torch.zeros_like(weight), weight)
+        metrics["behav_imp_weight_capped_frac"] = mean_over_tokens(over.float(), inputs)
+    return weight, metrics
+
+
 def ppo_loss(
     inputs: PolicyLossInputs,
     *,
@@ -33,6 +55,8 @@ def ppo_loss(
     enable_sequence_masking: bool = False,
     delta_sequence_masking: float = 0.1,
     fallback_to_policy_gradient: bool = False,
+    decoupled: bool = False,
+    behav_imp_weight_cap: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Return the PPO clipped-surrogate loss with upstream's dual clip, and its metrics.
 
@@ -43,13 +67,30 @@ def ppo_loss(
     zeroes the negative-advantage tokens of rows whose mean ``old_logp - logp``
     exceeds ``delta_sequence_masking``. ``fallback_to_policy_gradient`` uses
     ``r = exp(logp - sg(logp))`` (value 1, gradient of the log-prob), ignoring
-    ``old_logprobs``. Metrics: ``pg_loss``, ``clip_frac``, ``dual_clip_frac``
-    (with the dual clip), ``approx_kl`` (mean ``old_logp - logp``),
+    ``old_logprobs``.
+
+    ``decoupled`` is the decoupled objective for stale rollouts (Fu et al.,
+    2025): ``old_logprobs`` are the behaviour policy's (the engine that sampled
+    the tokens), ``proximal_logprobs`` the trained policy's before this step's
+    update. The ratio is then ``r = exp(logp - proximal_logp)`` (clipping and
+    the dual clip as above, around the proximal policy) and each token's loss is
+    multiplied by ``w = exp(proximal_logp - old_logp)`` (no gradient);
+    ``behav_imp_weight_cap`` sets ``w`` to 0 on the tokens where it exceeds
+    the cap. With ``proximal_logp == old_logp`` it is plain PPO.
+
+    Metrics: ``pg_loss``, ``clip_frac``, ``dual_clip_frac``
+    (with the dual clip), ``approx_kl`` (mean ``anchor_logp - logp``, the
+    anchor being the proximal policy when decoupled, else the behaviour one),
     ``ratio_mean``, and ``seq_mask/masked_tokens`` / ``seq_mask/mean_sequence_kl``
-    with sequence masking. Raises ValueError without ``advantages`` (or
-    ``old_logprobs`` unless falling back), for clip ranges out of bounds, or
-    ``clip_ratio_c <= 1``.
+    with sequence masking; decoupled adds ``behav_imp_weight_mean``,
+    ``behav_approx_kl`` and, with a cap, ``behav_imp_weight_capped_frac``.
+    Raises ValueError without ``advantages`` (or ``old_logprobs`` unless
+    falling back, or ``proximal_logprobs`` when decoupled), for clip ranges
+    out of bounds, ``clip_ratio_c <= 1``, a cap of 1 or less, a cap without
+    ``decoupled``, or ``decoupled`` with ``fallback_to_policy_gradient``.
     """
+    check_decoupled({"decoupled": decoupled, "behav_imp_weight_cap": behav_imp_weight_cap,
+                     "fallback_to_policy_gradient": fallback_to_policy_gradient}, "ppo")
     bounds = clip_bounds("ppo", clip_range, clip_range_low, clip_range_high, (0.2, 0.2))
     if clip_ratio_c is not None and clip_ratio_c <= 1.0:
         raise ValueError(f"policy loss 'ppo': clip_ratio_c must be greater than 1, got {clip_ratio_c}")
@@ -59,7 +100,7 @@ def ppo_loss(
         logprobs = inputs.masked_logprobs()
         logr = logprobs - logprobs.detach()
     else:
-        logr = log_ratio(inputs, "ppo")
+        logr = log_ratio(inputs, "ppo", "proximal_logprobs" if decoupled else "old_logprobs")
     ratio = logr.exp()
     token_loss, clipped = _clipped_surrogate(advantages, ratio, bounds)
     metrics: dict[str, float] = {}
@@ -74,6 +115,10 @@ def ppo_loss(
         token_loss = torch.where(dropped, torch.zeros_like(token_loss), token_loss)
         metrics["seq_mask/masked_tokens"] = mean_over_tokens(dropped.float(), inputs)
         metrics["seq_mask/mean_sequence_kl"] = float(masked_mean(sequence_kl, masked_count(mask, dim=-1) > 0))
+    if decoupled:
+        weight, behaviour_metrics = _behaviour_weight(inputs, behav_imp_weight_cap)
+        token_loss = token_loss * weight
+        metrics.update(behaviour_metrics)
     loss = inputs.aggregate(token_loss, loss_agg_mode)
     metrics.update(
         pg_loss=float(loss.detach()),

@@ -29,12 +29,14 @@ def clip_bounds(
     return 1.0 - lo, 1.0 + hi
 
 
-def log_ratio(inputs: PolicyLossInputs, user: str) -> torch.Tensor:
-    """Return ``logprobs - old_logprobs`` [B, T-1] clamped to +-:data:`MAX_LOG_RATIO`, 0 outside the mask.
+def log_ratio(inputs: PolicyLossInputs, user: str, against: str = "old_logprobs") -> torch.Tensor:
+    """Return ``logprobs - <against>`` [B, T-1] clamped to +-:data:`MAX_LOG_RATIO`, 0 outside the mask.
 
-    Raises ValueError (naming ``user``) without ``old_logprobs``.
+    ``against`` names the token field of the policy the ratio is taken to (the
+    behaviour policy's ``old_logprobs`` by default). Raises ValueError (naming
+    ``user``) when that field is missing.
     """
-    diff = inputs.masked_logprobs() - inputs.require("old_logprobs", user)
+    diff = inputs.masked_logprobs() - inputs.require(against, user)
     return diff.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
 
 
