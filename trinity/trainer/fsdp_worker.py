@@ -249,7 +249,8 @@ class FSDPWorker:
 
     @torch.no_grad()
     def prepare(self, rows: Rows, wanted: Sequence[str], cuts: Sequence[slice]) -> Rows:
-        """Return ``[B, T-1]`` tensors for the shard (collective): ``old_logprobs``, ``ref_logprobs``, ``values``.
+        """Return ``[B, T-1]`` tensors for the shard (collective) among ``old_logprobs``, ``proximal_logprobs``
+        (both the actor's log-probs before the update), ``ref_logprobs`` and ``values``.
 
         ``cuts`` are the shard's micro-batches (every rank gets as many).
         """
@@ -260,10 +261,12 @@ class FSDPWorker:
             mb = self._to_device(slice_rows(rows, where))
             ids, mask = mb["input_ids"], mb["attention_mask"]
             length = ids.shape[1] - 1
-            if "old_logprobs" in out:
+            actor_fields = [name for name in ("old_logprobs", "proximal_logprobs") if name in out]
+            if actor_fields:
                 logits = self.actor(input_ids=ids, attention_mask=mask, use_cache=False).logits
                 logprobs, _ = self._head(logits, ids, self.temperature, False)
-                out["old_logprobs"][where, :length] = logprobs.float().cpu()
+                for name in actor_fields:
+                    out[name][where, :length] = logprobs.float().cpu()
             if "ref_logprobs" in out:
                 if self.reference is None:
                     raise RuntimeError("ref_logprobs asked for, but this trainer has no reference model")
@@ -343,6 +346,7 @@ class FSDPWorker:
             logprobs=logprobs,
             response_mask=mask,
             old_logprobs=mb.get("old_logprobs") if plan.needs_old_logprobs else None,
+            proximal_logprobs=mb.get("proximal_logprobs") if plan.needs_proximal_logprobs else None,
             advantages=mb.get("advantages"),
             ref_logprobs=mb.get("ref_logprobs"),
             expert_mask=expert,

@@ -12,7 +12,8 @@ Usage (the launcher)::
 A step: the experiences are padded into one :class:`~trinity.common.experience.Batch`,
 split evenly across ranks (dummy rows fill the gap, see :mod:`trinity.trainer.batching`);
 the ranks compute what the algorithm needs first (reference log-probs, critic
-values, old log-probs when the experiences carry none); the driver computes
+values, old log-probs when the experiences carry none, the policy's log-probs
+before the update for the decoupled objective); the driver computes
 advantages on the whole batch (group baselines need every member of a group);
 then every rank runs ``ppo_epochs`` optimizer steps over its shard in
 micro-batches.
@@ -202,6 +203,14 @@ class FSDPTrainer:
                 f"algorithm {plan.algorithm!r} trains on the teacher's log-probs, but some experiences carry none; "
                 "use a workflow that asks a teacher model (e.g. on_policy_distill_math_workflow)"
             )
+        if plan.needs_proximal_logprobs:
+            missing = sum(e.logprobs is None for e in experiences)
+            if missing:
+                raise ValueError(
+                    f"policy loss {plan.policy_loss_fn!r} with decoupled: true weights each token by the engine's "
+                    f"log-probs, but {missing} of {len(experiences)} experiences carry none; train on experiences "
+                    "from an engine that records log-probs, or set decoupled: false"
+                )
         rows_list = expand_pairs(experiences) if plan.paired else list(experiences)
         batch = make_batch(rows_list, self.pad_token_id)
         rows: Rows = batch_rows(batch)
@@ -211,7 +220,10 @@ class FSDPTrainer:
         unit = 2 if plan.paired else 1
         trainer = self.run.trainer
         wanted = []
-        if plan.needs_old_logprobs and (trainer.recompute_old_logprobs or any(e.logprobs is None for e in rows_list)):
+        if plan.needs_proximal_logprobs:  # the engine's log-probs stay the old (behaviour) ones
+            wanted.append("proximal_logprobs")
+        elif plan.needs_old_logprobs and (trainer.recompute_old_logprobs
+                                          or any(e.logprobs is None for e in rows_list)):
             wanted.append("old_logprobs")
         if plan.use_reference:
             wanted.append("ref_logprobs")
