@@ -90,11 +90,13 @@ def test_sft_and_dpo_train_on_a_data_set_in_mode_train() -> None:
         make_plan({**sft, "algorithm.algorithm_type": "dpo", "buffer.trainer_input.experience_buffer.path": None})
 
 
-def test_dynamic_sync_styles_are_accepted_and_run_in_lockstep() -> None:
+def test_sync_styles_resolve_to_upstreams_names() -> None:
     plan = make_plan({"synchronizer.sync_style": "explorer_driven", "synchronizer.sync_interval": 2})
-    assert plan.sync.interval == 2
-    assert any("explorer_driven runs in lockstep here" in note for note in plan.notes)
-    assert not any("sync_style" in note for note in make_plan({}).notes)
+    assert (plan.sync.style, plan.sync.interval) == ("explorer_driven", 2)
+    assert make_plan({"synchronizer.sync_style": "dynamic_by_trainer"}).sync.style == "trainer_driven"
+    assert make_plan({"synchronizer.sync_style": "dynamic_by_explorer"}).sync.style == "explorer_driven"
+    assert make_plan({}).sync.style == "fixed"
+    assert not any("sync_style" in note for note in plan.notes)
 
 
 def test_experience_buffers_and_recording() -> None:

@@ -69,6 +69,8 @@ class SyncPlan:
     bucket_size_mb: int
     #: Compare checksums after each sync.
     verify_checksums: bool
+    #: Who decides when to sync in mode both: ``fixed``, ``explorer_driven`` or ``trainer_driven``.
+    style: str = "fixed"
 
 
 @dataclass(frozen=True)
@@ -324,6 +326,10 @@ def _unknown(registry: Any, name: str) -> str:
     return f"unknown {registry.kind} {name!r}"
 
 
+#: Upstream's older spellings of the sync styles.
+SYNC_STYLE_ALIASES = {"dynamic_by_explorer": "explorer_driven", "dynamic_by_trainer": "trainer_driven"}
+
+
 def _sync(config: Config, schema: str, notes: list[str]) -> SyncPlan:
     sync = config.synchronizer
     method = sync.sync_method.strip().lower()
@@ -331,13 +337,7 @@ def _sync(config: Config, schema: str, notes: list[str]) -> SyncPlan:
         notes.append(f"synchronizer.sync_method: {config.algorithm.algorithm_type} has no explorer; weights are "
                      "published as checkpoints (as upstream does)")
         method = "checkpoint"
-    style = sync.sync_style.strip().lower()
-    if style != "fixed":
-        notes.append(
-            f"synchronizer.sync_style: {style} runs in lockstep here: the explorer and the trainer alternate and "
-            f"sync every {sync.sync_interval} step(s) as with fixed (same staleness bound); running them "
-            "concurrently is not supported yet"
-        )
+    style = SYNC_STYLE_ALIASES.get(sync.sync_style.strip().lower(), sync.sync_style.strip().lower())
     if method == UPSTREAM_ONLINE_SYNC_METHOD and schema not in ("sft", "dpo"):
         notes.append(f"synchronizer.sync_method: {method} is upstream's name for online sync: the selected "
                      "backend's collective (nccl on CUDA, hccl on Ascend, gloo on CPU)")
@@ -345,7 +345,7 @@ def _sync(config: Config, schema: str, notes: list[str]) -> SyncPlan:
     if schema in ("sft", "dpo") and config.trainer.save_interval > 0:
         interval = config.trainer.save_interval  # upstream publishes a data-set run's weights with its checkpoints
     return SyncPlan(method, interval, sync.sync_offset, float(sync.sync_timeout), sync.bucket_size_mb,
-                    sync.verify_checksums)
+                    sync.verify_checksums, style)
 
 
 def _monitor(config: Config) -> MonitorPlan:

@@ -39,8 +39,9 @@ class SynchronizerConfig:
 
     #: ``nccl``/``online``: the backend's collective (nccl, hccl, gloo); ``checkpoint``/``offline``; ``memory``.
     sync_method: str = UPSTREAM_ONLINE_SYNC_METHOD
-    #: ``fixed``: every ``sync_interval`` steps; ``explorer_driven`` / ``trainer_driven`` (and upstream's
-    #: ``dynamic_by_*`` spellings) are accepted and run in lockstep like ``fixed`` (see the plan's notes).
+    #: Mode both: ``fixed`` (sync after every ``sync_interval`` trainer steps; the explorer waits for the weights
+    #: it needs), ``trainer_driven`` (the same syncs; the explorer never waits for them), ``explorer_driven``
+    #: (the explorer asks for a sync after every ``sync_interval`` of its steps); ``dynamic_by_*`` are aliases.
     sync_style: str = "fixed"
     #: Sync every N trainer steps.
     sync_interval: int = 1

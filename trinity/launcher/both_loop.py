@@ -1,0 +1,296 @@
+"""The loop of mode both: an explorer thread rolls out while the driver's main thread trains and syncs.
+
+Both threads only drive Ray actors, so they overlap for real: while the
+trainer steps, the explorer rolls the next batch out. What makes one wait for
+the other is the sync policy alone:
+
+* backlog: the explorer runs at most ``sync_offset + 1`` batches (in groups)
+  ahead of what the trainer has trained (and synced);
+* ``fixed``: explorer step ``k`` also waits until the engines hold version
+  ``SyncPolicy.required_version(k)``; the trainer syncs after every
+  ``sync_interval`` steps. With ``sync_offset: 0, sync_interval: 1`` this is
+  strict alternation: the same batches on the same weights as a serial loop;
+* ``trainer_driven``: the trainer syncs after every ``sync_interval`` steps;
+  the explorer never waits for weights, only for the backlog;
+* ``explorer_driven``: after every ``sync_interval`` of its steps the explorer
+  asks for a sync and waits until the trainer has pushed its current weights.
+
+A sync never happens while a batch is rolled out (one lock covers a rollout
+batch, a sync and an evaluation), so every experience of a batch carries the
+same model version. Groups the sample strategy drops (``staleness_control``)
+count as consumed, and a trainer short of data lets the explorer past the
+version gate, so drops never deadlock the run.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+from typing import Any
+
+from trinity.launcher.evaluation import evaluate
+from trinity.launcher.session import Session
+from trinity.launcher.steps import explore_metrics, training_tasks
+
+logger = logging.getLogger("trinity.launcher")
+
+#: Seconds the explorer thread gets to finish its batch when the run stops on an error.
+_STOP_GRACE_S = 30.0
+
+
+class BothLoop:
+    """Explorer thread plus trainer (main thread), meeting in the buffer and the synchronizer."""
+
+    def __init__(self, session: Session, *, tasks: Any, trainer: Any, engines: list[Any], pipeline: Any,
+                 strategy: Any, sync: Any, scheduler: Any, monitor: Any,
+                 verify: Any = None) -> None:
+        self.session = session
+        self.plan = session.plan
+        self.tasks = tasks
+        self.trainer = trainer
+        self.engines = engines
+        self.pipeline = pipeline
+        self.strategy = strategy
+        self.sync = sync
+        self.scheduler = scheduler
+        self.monitor = monitor
+        self.verify = verify
+        self.style = getattr(self.plan.sync, "style", "fixed")
+        #: Rollout groups one training step takes (the strategy's batch; ``mix`` adds its expert rows to it).
+        self.groups_per_step = int(strategy.batch_size)
+        #: ``(groups stored so far, task position after them)`` per explored batch, oldest first.
+        self.explored: collections.deque[tuple[int, dict[str, Any]]] = collections.deque()
+        self.explored_total = 0
+        #: Groups the trainer has taken for its steps so far.
+        self.taken_total = 0
+        #: Groups whose step has been trained (and synced, when due): what the backlog counts from.
+        self.released_total = 0
+        self.exhausted = False
+        self.synced_version = int(trainer.step)
+        self.sync_requested = False
+        self.stopping = False
+        self.error: BaseException | None = None
+        self.cond = threading.Condition()
+        #: Held while a batch is rolled out, the weights are synced or an evaluation runs.
+        self.engine_lock = threading.Lock()
+        self._monitor_lock = threading.Lock()
+
+    # -- the run ------------------------------------------------------------------------------------------
+
+    def run(self, resumed: bool) -> None:
+        """Run until the tasks run out or the trainer reaches its step limit; then evaluate and checkpoint."""
+        from trinity.monitor.keys import PHASE_EVAL
+
+        plan = self.plan
+        if resumed:  # fresh engines load model_path; after a resume they need the trained weights
+            self.sync.sync(version=self.trainer.step)
+        if plan.buffer.eval_tasksets and plan.explorer.eval_on_startup and not resumed:
+            self._log(evaluate(plan, self.scheduler, self.trainer.step), self.trainer.step, PHASE_EVAL)
+        explorer = threading.Thread(target=self._explorer_main, name="trinity-explorer", daemon=True)
+        explorer.start()
+        try:
+            self._trainer_main()
+        except BaseException:
+            self._stop()
+            explorer.join(_STOP_GRACE_S)
+            raise
+        self._stop()
+        explorer.join()
+        if self.error is not None:
+            raise self.error
+        self._finish()
+
+    def _stop(self) -> None:
+        with self.cond:
+            self.stopping = True
+            self.cond.notify_all()
+
+    # -- the explorer thread ------------------------------------------------------------------------------
+
+    def _explorer_main(self) -> None:
+        try:
+            while self._wait_until_explorer_may_go():
+                if not self._explore():
+                    break
+                if self.style == "explorer_driven":
+                    self._request_sync()
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which raises it
+            with self.cond:
+                self.error = exc
+                self.cond.notify_all()
+        finally:
+            with self.cond:
+                self.exhausted = True
+                self.cond.notify_all()
+
+    def _dropped(self) -> int:
+        return int(self.strategy.stats.get("stale_dropped_groups", 0)) if hasattr(self.strategy, "stats") else 0
+
+    def _wait_until_explorer_may_go(self) -> bool:
+        """Block until the sync policy lets the next batch start; False when the run is stopping."""
+        lead = self.plan.sync.offset
+        with self.cond:
+            while not self.stopping:
+                dropped = self._dropped()
+                starving = self.explored_total - dropped < self.taken_total
+                backlog_ok = self.explored_total - dropped - self.released_total < self.groups_per_step * (lead + 1)
+                if starving or (backlog_ok and self._version_ok()):
+                    return True
+                self.cond.wait(0.2)  # drops happen inside the strategy, which does not notify
+            return False
+
+    def _version_ok(self) -> bool:
+        if self.style != "fixed":
+            return True
+        step = self.tasks.position.step + 1
+        return bool(self.sync.policy.can_explore(step, self.synced_version))
+
+    def _explore(self) -> bool:
+        """Roll one batch out and store it; False when the tasks ran out."""
+        from trinity.monitor.keys import PHASE_EXPLORE
+
+        step = self.tasks.position.step
+        batch = self.tasks.next_batch_with_epochs()
+        if batch is None:
+            return False
+        with self.engine_lock:
+            result = self.scheduler.run(training_tasks(self.session, batch, step))
+        experiences = result.experiences
+        if result.failures:
+            logger.warning("step %d: %d task(s) failed: %s", step + 1, len(result.failures), result.failures[0].error)
+        stored = self.pipeline.write_step(experiences)
+        metrics = explore_metrics(result, experiences)
+        metrics["explore/stored_experiences"] = float(len(stored))
+        versions = [int(e.model_version) for e in experiences]
+        if versions:
+            metrics["explore/model_version"] = float(min(versions))
+        self._log(metrics, step + 1, PHASE_EXPLORE)
+        with self.cond:
+            self.explored_total += len({e.group_id for e in stored})
+            self.explored.append((self.explored_total, self.tasks.state_dict()))
+            self.cond.notify_all()
+        return True
+
+    def _request_sync(self) -> None:
+        """``explorer_driven``: every ``sync_interval`` explorer steps, wait for a sync of the trainer's weights."""
+        if self.tasks.position.step % self.plan.sync.interval:
+            return
+        with self.cond:
+            if self.trainer.step == self.synced_version:
+                return  # nothing new to load
+            self.sync_requested = True
+            self.cond.notify_all()
+            while self.sync_requested and not self.stopping:
+                self.cond.wait()
+
+    # -- the trainer (main thread) ------------------------------------------------------------------------
+
+    def _trainer_main(self) -> None:
+        while not self._trainer_done():
+            groups = self._wait_for_batch()
+            if groups == 0:
+                break  # the tasks ran out
+            self._train(groups)
+
+    def _trainer_done(self) -> bool:
+        limit = self.plan.trainer.total_steps
+        return limit is not None and self.trainer.step >= limit
+
+    def _wait_for_batch(self) -> int:
+        """Return how many groups the next step takes once they are stored (0: no more will come)."""
+        with self.cond:
+            while True:
+                if self.error is not None:
+                    raise self.error
+                if self.sync_requested:
+                    self.cond.release()
+                    try:
+                        self._sync_now(self.trainer.step)
+                    finally:
+                        self.cond.acquire()
+                    continue
+                waiting = self.explored_total - self._dropped() - self.taken_total
+                if waiting >= self.groups_per_step:
+                    return self._take(self.groups_per_step)
+                if self.exhausted:
+                    return self._take(max(0, waiting))  # the last batch may be smaller
+                self.cond.wait(0.2)
+
+    def _take(self, groups: int) -> int:
+        self.taken_total += groups
+        return groups
+
+    def _train(self, groups: int) -> None:
+        from trinity.monitor.keys import PHASE_TRAIN
+
+        plan = self.plan
+        timeout = plan.buffer.experience.read_timeout if plan.buffer.experience else None
+        version = self.trainer.step
+        experiences = self.strategy.sample(trainer_version=version, timeout=timeout, groups=groups)
+        position = None
+        with self.cond:
+            trained = self.taken_total
+            while self.explored and self.explored[0][0] <= trained + self._dropped():
+                position = self.explored.popleft()[1]
+            if position is None:
+                position = self.tasks.state_dict()
+        metrics = self.trainer.train_step(experiences, checkpoint_extra={"tasks": position})
+        metrics.update(self._strategy_metrics())
+        if experiences:
+            metrics["buffer/trained_staleness"] = float(version - min(int(e.model_version) for e in experiences))
+        step = self.trainer.step
+        if self.style != "explorer_driven" and self.sync.policy.should_sync(step):
+            metrics.update(self._sync_now(step))
+        with self.cond:
+            self.released_total = self.taken_total
+            self.cond.notify_all()
+        self._log(metrics, step, PHASE_TRAIN)
+        interval = plan.explorer.eval_interval
+        if plan.buffer.eval_tasksets and interval and step % interval == 0:
+            self._evaluate(step)
+
+    def _strategy_metrics(self) -> dict[str, float]:
+        stats = getattr(self.strategy, "stats", None) or {}
+        keys = ("stale_dropped_groups", "stale_weighted_groups", "max_seen_staleness")
+        return {f"buffer/{key}": float(stats[key]) for key in keys if key in stats}
+
+    def _sync_now(self, version: int) -> dict[str, float]:
+        """Push the trainer's weights to the engines between two rollout batches; return the sync's metrics."""
+        from trinity.monitor.keys import SYNC_SECONDS
+
+        with self.engine_lock:
+            report = self.sync.sync(version=version)
+            metrics: dict[str, float] = dict(report.metrics())
+            metrics[SYNC_SECONDS] = report.seconds
+            if self.plan.sync.verify_checksums and self.verify is not None:
+                metrics["sync/checksum_match"] = self.verify(self.trainer, self.engines, version)
+        with self.cond:
+            self.synced_version = version
+            self.sync_requested = False
+            self.cond.notify_all()
+        return metrics
+
+    def _evaluate(self, step: int) -> None:
+        from trinity.monitor.keys import PHASE_EVAL
+
+        with self.engine_lock:
+            metrics = evaluate(self.plan, self.scheduler, step)
+        self._log(metrics, step, PHASE_EVAL)
+
+    def _log(self, metrics: dict[str, float], step: int, phase: str) -> None:
+        with self._monitor_lock:
+            self.monitor.log(metrics, step=step, phase=phase)
+
+    def _finish(self) -> None:
+        plan = self.plan
+        final = self.trainer.step
+        interval = plan.explorer.eval_interval
+        if plan.buffer.eval_tasksets and not (interval and final % interval == 0):
+            if self.synced_version != final:
+                self._sync_now(final)
+            self._evaluate(final)
+        if not plan.trainer.save_interval or final % plan.trainer.save_interval:
+            self.trainer.save_checkpoint({"tasks": self.tasks.state_dict()}, final=True)
+        elif plan.trainer.save_hf == "last":
+            self.trainer.export_hf()
