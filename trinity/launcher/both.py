@@ -166,6 +166,9 @@ class _Loop:
         experiences = result.experiences
         if result.failures:
             logger.warning("step %d: %d task(s) failed: %s", step + 1, len(result.failures), result.failures[0].error)
+        if not experiences:
+            logger.warning("step %d: no group completed (%d dropped); the step adds nothing to train on", step + 1,
+                           int(result.metrics.get("dropped_groups", 0)))
         stored = self.pipeline.write_step(experiences)
         metrics = explore_metrics(result, experiences)
         metrics["explore/stored_experiences"] = float(len(stored))
