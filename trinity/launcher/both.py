@@ -166,10 +166,11 @@ class _Loop:
         experiences = result.experiences
         if result.failures:
             logger.warning("step %d: %d task(s) failed: %s", step + 1, len(result.failures), result.failures[0].error)
+        dropped = int(result.metrics.get("dropped_groups", 0) + result.metrics.get("abandoned_groups", 0))
         if not experiences:
             logger.warning("step %d: no group completed (%d dropped); the step adds nothing to train on", step + 1,
-                           int(result.metrics.get("dropped_groups", 0)))
-        stored = self.pipeline.write_step(experiences)
+                           dropped)
+        stored = self.pipeline.write_step(experiences, batch=step, dropped_groups=dropped)
         metrics = explore_metrics(result, experiences)
         metrics["explore/stored_experiences"] = float(len(stored))
         self.monitor.log(metrics, step=step + 1, phase=PHASE_EXPLORE)
