@@ -58,4 +58,34 @@ def test_a_step_with_half_its_tasks_timing_out_trains_on_the_rest(tmp_path: Path
         assert metrics["explore/complete_groups"] == 2 and metrics["explore/timeouts"] == 4
         assert metrics["explore/stored_experiences"] == 8
     train = [r["metrics"] for r in logged if r["phase"] == "train"]
-    assert len(train) == 1 and train[0]["loss"] == train[0]["loss"]  # the four complete groups, not NaN
+    assert len(train) == 1 and train[0]["rows"] == 16.0  # the four complete groups of the two steps
+    assert train[0]["loss"] == train[0]["loss"]  # not NaN
+
+
+def test_train_on_an_open_buffer_ends_each_batch_with_the_explorer_steps_complete_groups(
+    tmp_path: Path, tiny_model: Path
+) -> None:
+    import sqlite3
+    from contextlib import closing
+
+    from tests.e2e.test_run_modes import mode_config
+
+    WORKFLOWS.add("test_half_stalls", HalfStalls)
+    common = {"buffer.explorer_input.default_workflow_type": "test_half_stalls", "buffer.batch_size": 4,
+              "explorer.max_timeout": 2.0, "explorer.max_retry_times": 0, "explorer.runner_per_model": 4}
+    assert run_plan(mode_config(tmp_path, tiny_model, "explore", **common)) == 0
+    run_dir = tmp_path / "ckpt" / "e2e" / "run"
+    # as if the explore job were still running: the buffer stays open, so a reader would wait for more groups
+    with closing(sqlite3.connect(run_dir / "buffer" / "experience.sqlite")) as db:
+        db.execute("DELETE FROM buffer_state WHERE key = 'closed'")
+        db.commit()
+    train = mode_config(tmp_path, tiny_model, "train", **common, **{
+        "buffer.trainer_input.experience_buffer": {"name": "experience", "storage_type": "sql",
+                                                   "max_read_timeout": READ_TIMEOUT}})
+    started = time.monotonic()
+    assert run_plan(train) == 0
+    elapsed = time.monotonic() - started
+    assert elapsed < READ_TIMEOUT / 5, f"the train job took {elapsed:.0f} s"
+    # each explorer step stored 2 of its 4 groups: each training step is those 2 groups, not 4 from two steps
+    steps = [r["metrics"] for r in records(run_dir) if r["phase"] == "train"]
+    assert [m["rows"] for m in steps] == [8.0, 8.0]
