@@ -44,7 +44,13 @@ from typing import Any
 
 from trinity.common.config.plan.run import RunPlan
 from trinity.common.experience import Experience
-from trinity.common.models.client import EngineClient, RolloutModel, TaskCancelledError, TaskTimeoutError
+from trinity.common.models.client import (
+    EngineClient,
+    EngineDeadError,
+    RolloutModel,
+    TaskCancelledError,
+    TaskTimeoutError,
+)
 from trinity.common.models.engine import SamplingParams
 from trinity.common.workflows.base import Task, Workflow, make_workflow, sampling_from_model
 
@@ -95,6 +101,16 @@ class _Attempt:
     engine: int
     deadline: float
     cancelled: threading.Event
+
+
+def _engine_died(error: BaseException | None) -> bool:
+    """Whether ``error``, or an error it was raised from, says the attempt's engine is dead."""
+    seen = 0
+    while error is not None and seen < 8:
+        if isinstance(error, EngineDeadError):
+            return True
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return False
 
 
 class _Groups:
@@ -197,6 +213,8 @@ class Scheduler:
         self.wait_after_min = float(wait_after_min)
         self._lock = threading.Lock()
         self._ids = itertools.count()
+        #: Engines whose actor died: no attempt goes to them while another engine lives.
+        self.dead_engines: set[int] = set()
 
     @classmethod
     def from_plan(cls, engines: Sequence[Any], plan: RunPlan,
@@ -323,6 +341,10 @@ class Scheduler:
                         counts["succeeded"] += 1
                         groups.succeed(finished.position)
                     else:
+                        if _engine_died(error):
+                            if finished.engine not in self.dead_engines:
+                                logger.warning("engine %d is dead; no more tasks go to it", finished.engine)
+                            self.dead_engines.add(finished.engine)
                         timed_out = isinstance(error, (TaskTimeoutError, TaskCancelledError))
                         fail(finished, error or "workflow returned nothing", timed_out, retryable)
             now = time.monotonic()
@@ -354,6 +376,7 @@ class Scheduler:
             "dropped_groups": float(failed_groups),
             "dropped_rollouts": float(sum(tasks[p].repeat_times for p in groups.positions_of_failed())),
             "abandoned_groups": float(abandoned_groups),
+            "dead_engines": float(len(self.dead_engines)),
             "time_s": time.monotonic() - started,
         }
         if rewards:
@@ -369,11 +392,15 @@ class Scheduler:
 
         A retry runs on another engine than the one it failed on whenever there
         is another engine: it waits for a runner of one rather than going back.
+        No attempt goes to a dead engine while a live one exists.
         """
         engines = len(self.clients)
+        candidates = [slot for slot in free if slot % engines not in self.dead_engines]
+        if len(self.dead_engines) == engines:  # no engine lives: the attempts fail and are reported
+            candidates = list(free)
         for entry in pending:
             avoid = entry[2]
-            for slot in free:
+            for slot in candidates:
                 if avoid is None or engines == 1 or slot % engines != avoid:
                     pending.remove(entry)
                     free.remove(slot)
