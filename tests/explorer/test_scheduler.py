@@ -10,6 +10,7 @@ import pytest
 from tests.explorer import flows
 from tests.explorer.flows import probe_tasks
 from tests.plans import make_plan
+from trinity.common.config import ConfigError
 from trinity.common.models.engine import SamplingParams
 from trinity.common.models.hf_engine import HFEngine
 from trinity.common.workflows import Task, write_toy_tasks
@@ -68,7 +69,8 @@ def test_a_task_failing_every_attempt_is_reported_not_dropped() -> None:
 
 def test_a_task_whose_workflow_cannot_be_built_is_not_retried() -> None:
     scheduler = Scheduler([VersionEngine(0)], max_retries=3)
-    tasks = [Task(prompt="x", workflow="no_such_flow"), Task(prompt="y", workflow="math", workflow_args={"bad": 1})]
+    tasks = [Task(prompt="x", workflow="no_such_flow"),  # two groups: a failed group cancels only its own tasks
+             Task(prompt="y", index=1, workflow="math", workflow_args={"bad": 1})]
     result = scheduler.run(tasks)
     assert [f.attempts for f in result.failures] == [1, 1]
     assert "unknown workflow 'no_such_flow'" in result.failures[0].error
@@ -129,3 +131,71 @@ def test_toy_tasks_on_an_in_process_engine(shared_engine: HFEngine, tmp_path) ->
         assert {e.group_id for e in experiences} == {f"train/e0/t{task.index}/s3"}
         assert all(1 <= e.response_length <= 6 for e in experiences)
     assert 0.0 <= result.metrics["reward_mean"] < 0.5
+
+
+def _probe(index: int, key: str, *, repeat_times: int = 1, run_id_offset: int = 0, **args: object) -> Task:
+    return Task(prompt=f"p{index}", index=index, workflow="test_probe", repeat_times=repeat_times,
+                run_id_offset=run_id_offset, workflow_args={"key": key, **args})
+
+
+def test_half_the_groups_timing_out_are_dropped_and_the_rest_returned_at_once() -> None:
+    scheduler = Scheduler([VersionEngine(0)], runners_per_engine=4, timeout=0.5, max_retries=0)
+    tasks = [_probe(i, "half", repeat_times=2, **({"stall_attempts": -1, "stall_s": 30.0} if i % 2 else {}))
+             for i in range(4)]
+    started = time.monotonic()
+    result = scheduler.run(tasks)
+    assert time.monotonic() - started < 5.0  # the stalled tasks are abandoned at their deadline
+    assert {e.info["task_index"] for e in result.experiences} == {0, 2}
+    assert result.metrics["dropped_groups"] == 2 and result.metrics["dropped_rollouts"] == 4
+    assert result.metrics["complete_groups"] == 2 and result.metrics["timeouts"] == 2
+
+
+def test_a_group_split_over_runners_is_dropped_whole_when_one_part_fails() -> None:
+    scheduler = Scheduler([VersionEngine(0)], runners_per_engine=4, timeout=30, max_retries=1)
+    # record 0's four repeats on two tasks; the second part fails every attempt; record 1 is fine
+    tasks = [_probe(0, "split", repeat_times=2), _probe(0, "split", repeat_times=2, run_id_offset=2,
+                                                        fail_attempts=-1, work_s=0.2),
+             _probe(1, "split-ok", repeat_times=2, run_id_offset=0)]
+    result = scheduler.run(tasks)
+    assert result.results[0] is None and result.results[1] is None  # the part that succeeded is dropped too
+    assert [e.group_id for e in result.experiences] == [tasks[2].group_id] * 2
+    assert result.metrics["dropped_groups"] == 1 and result.metrics["dropped_rollouts"] == 4
+    assert [f.position for f in result.failures] == [1]
+
+
+def test_a_retry_waits_for_another_engine_rather_than_going_back() -> None:
+    scheduler = Scheduler([VersionEngine(0), VersionEngine(1)], runners_per_engine=1, timeout=30, max_retries=1)
+    # task 0 fails at once on engine 0 while engine 1 is busy: the only free runner is engine 0's
+    tasks = [_probe(0, "avoid", fail_attempts=1), _probe(1, "avoid-busy", work_s=0.3)]
+    result = scheduler.run(tasks)
+    assert not result.failures
+    assert result.results[0][0].info["attempt"] == 2  # type: ignore[index]
+    assert result.results[0][0].info["engine"] == 1  # type: ignore[index]
+
+
+def test_over_rollout_returns_the_first_complete_groups_after_the_minimum_wait() -> None:
+    scheduler = Scheduler([VersionEngine(0)], runners_per_engine=4, timeout=60, max_retries=0,
+                          over_rollout_ratio=0.5, wait_after_min=0.3)
+    slow = {"stall_attempts": -1, "stall_s": 20.0}
+    tasks = [_probe(i, "over", repeat_times=2, **(slow if i >= 2 else {"work_s": 0.05})) for i in range(4)]
+    assert scheduler.min_groups(tasks) == 2
+    started = time.monotonic()
+    result = scheduler.run(tasks)
+    elapsed = time.monotonic() - started
+    assert 0.3 <= elapsed < 5.0  # waited wait_after_min for more, not for the slow groups
+    assert {e.info["task_index"] for e in result.experiences} == {0, 1}
+    assert result.metrics["abandoned_groups"] == 2 and result.metrics["dropped_groups"] == 0
+    assert not result.failures
+    # evaluation is never cut short by over-rollout
+    assert scheduler.min_groups([dataclasses.replace(t, is_eval=True) for t in tasks]) == 4
+
+
+def test_over_rollout_settings_come_from_the_config() -> None:
+    plan = make_plan({"explorer.over_rollout.ratio": 0.25, "explorer.over_rollout.wait_after_min": 2.0})
+    scheduler = Scheduler.from_plan([VersionEngine(0)], plan)
+    assert scheduler.over_rollout_ratio == 0.25 and scheduler.wait_after_min == 2.0
+    assert scheduler.min_groups(probe_tasks(8, "cfg")) == 6
+    with pytest.raises(ValueError, match="over_rollout_ratio"):
+        Scheduler([VersionEngine(0)], over_rollout_ratio=1.0)
+    with pytest.raises(ConfigError, match=r"^explorer\.over_rollout\.ratio: 1\.5 is outside \[0, 1\)"):
+        make_plan({"explorer.over_rollout.ratio": 1.5})

@@ -118,3 +118,30 @@ def test_step_on_actor_engines_with_a_timeout_and_a_failure(
     assert not again.failures
     assert {e.model_version for e in again.experiences} == {1}
     assert torch.is_tensor(again.experiences[0].tokens)
+
+
+def test_no_attempt_goes_to_a_dead_engine_actor(ray_cluster: Any) -> None:
+    """Two real actors serve the probe workflow; one is killed: every task and retry ends on the live one."""
+
+    @ray_cluster.remote(num_cpus=0)
+    class VersionActor:
+        def __init__(self, version: int) -> None:
+            self.version = version
+
+        def model_version(self) -> int:
+            return self.version
+
+    actors = [VersionActor.remote(0), VersionActor.remote(1)]  # type: ignore[attr-defined]
+    try:
+        assert ray_cluster.get([a.model_version.remote() for a in actors]) == [0, 1]
+        ray_cluster.kill(actors[0])
+        scheduler = Scheduler(actors, runners_per_engine=2, timeout=30, max_retries=1)
+        result = scheduler.run(probe_tasks(6, "dead", work_s=0.05))
+        assert not result.failures
+        assert {e.info["engine"] for e in result.experiences} == {1}
+        assert scheduler.dead_engines == {0} and result.metrics["dead_engines"] == 1
+        # the dead engine's two runners each started a task before the death was known; nothing went there after
+        assert result.metrics["retries"] == 2 and result.metrics["attempts"] == 8
+    finally:
+        for actor in actors:
+            ray_cluster.kill(actor)

@@ -198,6 +198,8 @@ class ExperiencePipeline:
         self.recorder: ExperienceStorage | None = None
         self.processors = list(processors)
         self.storage = storage
+        #: Dropped groups of explorer steps that stored nothing, told with the next step that stores something.
+        self._carried_dropped = 0
 
     def process(self, experiences: Sequence[Experience]) -> list[Experience]:
         """Record ``experiences`` (when there is a recorder), run them through every processor; return the output."""
@@ -228,14 +230,27 @@ class ExperiencePipeline:
         """Return the number of experiences held by the processors."""
         return sum(p.held() for p in self.processors)
 
-    def write_step(self, experiences: Sequence[Experience], timeout: float | None = None) -> list[Experience]:
+    def write_step(self, experiences: Sequence[Experience], timeout: float | None = None, *,
+                   batch: int | None = None, dropped_groups: int = 0) -> list[Experience]:
         """Process every experience of an explorer step, release what is still held, store it all in one call.
 
         A step's results hold every rollout of its tasks, so a group still
         incomplete afterwards (a failed task) never completes: it is released
         as it is. Returns what was stored (groups a filter dropped are not).
+
+        With ``batch`` (the explorer step), every stored experience says that the
+        step is final: ``info["batch_id"]``, ``info["batch_groups"]`` (groups
+        stored for it) and ``info["batch_dropped"]`` (its ``dropped_groups``, the
+        groups whose rollouts failed, plus those of earlier steps that stored
+        nothing), so a reader counting dropped groups never waits for them.
         """
         stored = self.process(experiences) + self.flush()
+        if batch is not None:
+            dropped = dropped_groups + self._carried_dropped
+            self._carried_dropped = 0 if stored else dropped
+            count = len({e.group_id for e in stored if e.group_id}) + sum(1 for e in stored if not e.group_id)
+            stored = [dataclasses.replace(e, info={**e.info, "batch_id": batch, "batch_groups": count,
+                                                   "batch_dropped": dropped}) for e in stored]
         self._put(stored, timeout)
         return stored
 

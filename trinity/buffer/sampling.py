@@ -17,6 +17,13 @@ experience without ``group_id`` is a group of its own.
 
 Held experiences are part of :meth:`SampleStrategy.state_dict`, so a
 checkpoint taken between two steps loses none of them.
+
+With ``count_dropped``, groups the explorer dropped (their rollouts failed;
+told by the ``batch_*`` fields the pipeline writes with each explorer step)
+take their places in the batches: once the last stored group of an explorer
+step is read, its dropped groups count toward the batch, so a batch ends with
+the complete groups that exist instead of waiting for groups that will never
+come. A batch made only of dropped groups is skipped.
 """
 
 from __future__ import annotations
@@ -113,6 +120,25 @@ class SampleStrategy:
         self.batch_size = batch_size
         self.assembler = GroupAssembler(group_size)
         self.stats: dict[str, float] = {"sampled_groups": 0, "sampled_experiences": 0}
+        #: Whether groups the explorer dropped count toward a batch (see the module docstring).
+        self.count_dropped = False
+        #: Batch places of dropped groups not yet used, and groups read so far per unfinished explorer step.
+        self._dropped = 0
+        self._seen: dict[str, int] = {}
+        #: Places the last :meth:`sample` call used: groups returned plus dropped groups counted.
+        self.last_places = 0
+
+    def _read(self, group: Group) -> int:
+        """Note that ``group`` was read; return the dropped groups of its explorer step when it was the last."""
+        info = group[0].info
+        if not self.count_dropped or "batch_id" not in info:
+            return 0
+        key = str(info["batch_id"])
+        self._seen[key] = self._seen.get(key, 0) + 1
+        if self._seen[key] < int(info.get("batch_groups", 0)):
+            return 0
+        del self._seen[key]
+        return int(info.get("batch_dropped", 0))
 
     def accept(self, group: Group, trainer_version: int) -> Group | None:
         """Return the group to train on (possibly changed), or None to drop it; ``default`` keeps every group."""
@@ -126,24 +152,45 @@ class SampleStrategy:
         raised (any other error keeps them too). At the end of a closed
         storage the last batch may hold fewer groups (incomplete groups are
         then released as they are); once nothing is left, BufferExhaustedError
-        is raised.
+        is raised. With ``count_dropped`` the explorer's dropped groups take
+        their places in the batch (:attr:`last_places` says how many places
+        the call used).
         """
         deadline = Deadline(timeout)
         wanted_groups = self.batch_size if groups is None else groups
         originals: list[Group] = []  # as read, to give back unchanged if this call fails
         taken: list[Group] = []  # as accepted
+        rejected: list[Group] = []  # read and not accepted: never given back
+        saved = (self._dropped, dict(self._seen))
+        places = min(self._dropped, wanted_groups)  # dropped groups counted toward this batch
+        self._dropped -= places
+        used = 0  # places of batches skipped because only dropped groups filled them
         try:
-            while len(taken) < wanted_groups:
+            while len(taken) + places < wanted_groups or (not taken and places):
+                if not taken and places >= wanted_groups:
+                    logger.warning("a batch of %d groups is skipped: the explorer dropped every one of them",
+                                   wanted_groups)
+                    used, places = used + places, 0
+                    take = min(self._dropped, wanted_groups)
+                    self._dropped -= take
+                    places += take
+                    continue
                 group = self.assembler.pop()
                 if group is not None:
                     kept = self.accept(group, trainer_version)
                     if kept:
                         originals.append(group)
                         taken.append(kept)
+                    else:
+                        rejected.append(group)
+                    self._dropped += self._read(group)
+                    take = max(0, min(self._dropped, wanted_groups - len(taken) - places))
+                    self._dropped -= take
+                    places += take
                     continue
                 try:
                     # whatever is there, up to what the batch still needs: never wait for more than exists
-                    wanted = self.assembler.missing(wanted_groups - len(taken))
+                    wanted = self.assembler.missing(max(1, wanted_groups - len(taken) - places))
                     fresh = self.storage.get(wanted, timeout=deadline.remaining(), at_least=1)
                 except BufferExhaustedError:
                     released = self.assembler.release_incomplete()
@@ -157,8 +204,12 @@ class SampleStrategy:
                 self.assembler.feed(fresh)
         except BaseException:  # a timeout, or anything else: the groups taken so far are kept for the next call
             self.assembler.push_front(originals)
+            self._dropped, self._seen = saved
+            for group in rejected:  # read for good: their steps' counts stay
+                self._dropped += self._read(group)
             raise
         self.record(taken, trainer_version)
+        self.last_places = used + len(taken) + places
         return [e for g in taken for e in g]
 
     def record(self, groups: list[Group], trainer_version: int) -> None:
@@ -180,6 +231,7 @@ class SampleStrategy:
             "storage": self.storage.state_dict(),
             "held": [e.to_dict() for e in self.assembler.held()],
             "stats": dict(self.stats),
+            "dropped": {"places": self._dropped, "seen": dict(self._seen)},
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -188,6 +240,9 @@ class SampleStrategy:
         self.assembler.clear()
         self.assembler.feed([Experience.from_dict(d) for d in state.get("held", [])])
         self.stats.update(state.get("stats", {}))
+        dropped = state.get("dropped", {})
+        self._dropped = int(dropped.get("places", 0))
+        self._seen = {str(k): int(v) for k, v in dropped.get("seen", {}).items()}
 
 
 class StalenessStrategy(SampleStrategy):

@@ -11,17 +11,28 @@ engines.
 Every task attempt has a deadline (``timeout`` seconds). An attempt that
 raises, or outlives its deadline, is retried up to ``max_retries`` times
 (a workflow that cannot even be built — unknown name, bad arguments — is not),
-preferably on another engine; a timed-out attempt is abandoned (its engine
-calls are cancelled or refused, its result discarded) and its runner takes
-the next task at once. A task that fails every attempt is reported in
-:attr:`StepResult.failures`, never dropped silently. Results come back in task
-order.
+on another engine whenever there is one (the retry waits for a runner of
+another engine rather than going back to the one it failed on); a timed-out
+attempt is abandoned (its engine calls are cancelled or refused, its result
+discarded) and its runner takes the next task at once. A task that fails
+every attempt is reported in :attr:`StepResult.failures`, never dropped
+silently. Results come back in task order.
+
+Tasks sharing a ``group_id`` form a group (the repeats of one record, possibly
+split over several tasks). A group trains whole or not at all: once one of its
+tasks fails for good, its other tasks are cancelled and the group is dropped
+from the step (``dropped_groups`` / ``dropped_rollouts`` in the metrics); only
+complete groups' experiences are returned. With over-rollout (``min_groups``
+fewer than the step's groups) the step ends once that many groups are complete
+and ``wait_after_min`` more seconds have passed, or earlier when every group is
+resolved; groups still running then are abandoned (``abandoned_groups``).
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import math
 import queue
 import threading
 import time
@@ -33,7 +44,13 @@ from typing import Any
 
 from trinity.common.config.plan.run import RunPlan
 from trinity.common.experience import Experience
-from trinity.common.models.client import EngineClient, RolloutModel, TaskCancelledError, TaskTimeoutError
+from trinity.common.models.client import (
+    EngineClient,
+    EngineDeadError,
+    RolloutModel,
+    TaskCancelledError,
+    TaskTimeoutError,
+)
 from trinity.common.models.engine import SamplingParams
 from trinity.common.workflows.base import Task, Workflow, make_workflow, sampling_from_model
 
@@ -86,6 +103,62 @@ class _Attempt:
     cancelled: threading.Event
 
 
+def _engine_died(error: BaseException | None) -> bool:
+    """Whether ``error``, or an error it was raised from, says the attempt's engine is dead."""
+    seen = 0
+    while error is not None and seen < 8:
+        if isinstance(error, EngineDeadError):
+            return True
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return False
+
+
+class _Groups:
+    """Which tasks make up each group (the repeats of one record may be split over tasks) and how each fares."""
+
+    def __init__(self, tasks: Sequence[Task]) -> None:
+        self.members: dict[str, list[int]] = {}
+        for position, task in enumerate(tasks):
+            self.members.setdefault(task.group_id, []).append(position)
+        self.group_of = [task.group_id for task in tasks]
+        self._left = {group: len(positions) for group, positions in self.members.items()}
+        self._failed: set[str] = set()
+        #: Groups whose every task succeeded.
+        self.complete = 0
+
+    @property
+    def total(self) -> int:
+        """Number of groups."""
+        return len(self.members)
+
+    @property
+    def failed(self) -> int:
+        """Number of groups with a task that failed every attempt."""
+        return len(self._failed)
+
+    def succeed(self, position: int) -> None:
+        """Record that the task at ``position`` succeeded."""
+        group = self.group_of[position]
+        self._left[group] -= 1
+        if self._left[group] == 0 and group not in self._failed:
+            self.complete += 1
+
+    def fail(self, position: int) -> set[int]:
+        """Record that the task at ``position`` failed for good; return the positions of its group."""
+        group = self.group_of[position]
+        self._failed.add(group)
+        return set(self.members[group])
+
+    def positions_of_failed(self) -> list[int]:
+        """Return the positions of every task of a failed group."""
+        return [p for group in self._failed for p in self.members[group]]
+
+    def incomplete_positions(self) -> list[int]:
+        """Return the positions of every task of a group that is not complete (failed or unfinished)."""
+        return [p for group, positions in self.members.items()
+                if group in self._failed or self._left[group] > 0 for p in positions]
+
+
 class Scheduler:
     """Runs tasks over engines with retries and timeouts; see the module docstring."""
 
@@ -100,6 +173,8 @@ class Scheduler:
         tokenizer_path: str = "",
         workflow_factory: WorkflowFactory | None = None,
         auxiliary: Sequence[tuple[str, Sequence[Any], str]] = (),
+        over_rollout_ratio: float = 0.0,
+        wait_after_min: float = 30.0,
     ) -> None:
         """``engines``: Ray actor handles or in-process engines; ``workflow_factory`` builds a task's workflow.
 
@@ -107,7 +182,10 @@ class Scheduler:
         ``auxiliary`` lists the other models workflows may call, as ``(name, engines, tokenizer folder)``
         in config order: each workflow gets ``auxiliary_models`` (one client per model, bound to the
         attempt's deadline) and ``auxiliary`` (the same by name) before it runs.
-        Raises ValueError for no engines, ``runners_per_engine < 1``, ``timeout <= 0`` or ``max_retries < 0``.
+        ``over_rollout_ratio``: the fraction of a training step's groups :meth:`run` does not wait for;
+        ``wait_after_min``: the seconds it still waits once the others are complete.
+        Raises ValueError for no engines, ``runners_per_engine < 1``, ``timeout <= 0``, ``max_retries < 0``,
+        an over-rollout ratio outside [0, 1) or a negative ``wait_after_min``.
         """
         if not engines:
             raise ValueError("the scheduler needs at least one engine")
@@ -116,6 +194,9 @@ class Scheduler:
                 f"need runners_per_engine >= 1, timeout > 0, max_retries >= 0; got {runners_per_engine}, "
                 f"{timeout}, {max_retries}"
             )
+        if not 0.0 <= over_rollout_ratio < 1.0 or wait_after_min < 0:
+            raise ValueError(f"need 0 <= over_rollout_ratio < 1 and wait_after_min >= 0; got {over_rollout_ratio}, "
+                             f"{wait_after_min}")
         self.clients = [EngineClient(e, tokenizer_path=tokenizer_path, index=i) for i, e in enumerate(engines)]
         #: ``(name, clients)`` of every auxiliary model, in config order.
         self.auxiliary = [(name, [EngineClient(e, tokenizer_path=path, index=i) for i, e in enumerate(group)])
@@ -128,8 +209,12 @@ class Scheduler:
         self.max_retries = max_retries
         self.sampling = sampling or SamplingParams()
         self.workflow_factory = workflow_factory or self._default_factory
+        self.over_rollout_ratio = float(over_rollout_ratio)
+        self.wait_after_min = float(wait_after_min)
         self._lock = threading.Lock()
         self._ids = itertools.count()
+        #: Engines whose actor died: no attempt goes to them while another engine lives.
+        self.dead_engines: set[int] = set()
 
     @classmethod
     def from_plan(cls, engines: Sequence[Any], plan: RunPlan,
@@ -148,6 +233,8 @@ class Scheduler:
             tokenizer_path=plan.model.path,
             auxiliary=[(aux.name, groups[aux.name], aux.model_path) for aux in plan.explorer.auxiliary
                        if aux.name in groups],
+            over_rollout_ratio=plan.explorer.over_rollout_ratio,
+            wait_after_min=plan.explorer.wait_after_min,
         )
 
     def _default_factory(self, task: Task) -> Workflow:
@@ -158,21 +245,44 @@ class Scheduler:
         """Runners in the pool (engines x runners per engine)."""
         return len(self.clients) * self.runners_per_engine
 
-    def run(self, tasks: Sequence[Task]) -> StepResult:
-        """Run ``tasks`` to completion (or final failure) and return their results in task order."""
-        with self._lock:
-            return self._run(list(tasks))
+    def run(self, tasks: Sequence[Task], *, min_groups: int | None = None,
+            wait_after_min: float | None = None) -> StepResult:
+        """Run ``tasks`` and return their results in task order; see the module docstring for groups.
 
-    def _run(self, tasks: list[Task]) -> StepResult:
+        ``min_groups``: stop once this many groups are complete and ``wait_after_min``
+        seconds have passed since (or every group is resolved); the groups still
+        running are abandoned. None: the scheduler's over-rollout setting for a
+        training step (every group when ``over_rollout_ratio`` is 0), every group
+        for evaluation tasks.
+        """
+        tasks = list(tasks)
+        if min_groups is None:
+            min_groups = self.min_groups(tasks)
+        with self._lock:
+            return self._run(tasks, min_groups, self.wait_after_min if wait_after_min is None else wait_after_min)
+
+    def min_groups(self, tasks: Sequence[Task]) -> int:
+        """Return the complete groups a step of ``tasks`` waits for: all but the over-rollout fraction.
+
+        Evaluation tasks are always waited for.
+        """
+        groups = len({t.group_id for t in tasks})
+        if not self.over_rollout_ratio or any(t.is_eval for t in tasks):
+            return groups
+        return max(1, math.ceil(groups * (1.0 - self.over_rollout_ratio)))
+
+    def _run(self, tasks: list[Task], min_groups: int, wait_after_min: float) -> StepResult:
         started = time.monotonic()
         results: list[list[Experience] | None] = [None] * len(tasks)
         failures: list[TaskFailure] = []
-        counts = {"attempts": 0, "retries": 0, "timeouts": 0}
+        counts = {"attempts": 0, "retries": 0, "timeouts": 0, "succeeded": 0}
+        groups = _Groups(tasks)
         engines = len(self.clients)
         free: deque[int] = deque(range(self.num_runners))  # runner r uses engine r % engines
         pending: deque[tuple[int, int, int | None]] = deque((i, 0, None) for i in range(len(tasks)))
         running: dict[int, _Attempt] = {}
         done: queue.Queue[_Outcome] = queue.Queue()
+        enough_at: float | None = None  # when min_groups groups were first complete
 
         def fail(attempt: _Attempt, error: BaseException | str, timed_out: bool, retryable: bool = True) -> None:
             text = error if isinstance(error, str) else "".join(traceback.format_exception_only(error)).strip()
@@ -184,11 +294,27 @@ class Scheduler:
                 return
             failures.append(TaskFailure(attempt.position, tasks[attempt.position], attempt.number + 1, text, timed_out))
             logger.warning("task %d failed after %d attempts: %s", attempt.position, attempt.number + 1, text)
+            # the group can no longer be complete: its other tasks are not worth running
+            siblings = groups.fail(attempt.position)
+            for entry in [p for p in pending if p[0] in siblings]:
+                pending.remove(entry)
+            for attempt_id, other in list(running.items()):
+                if other.position in siblings:
+                    stop(attempt_id)
+
+        def stop(attempt_id: int) -> None:
+            attempt = running.pop(attempt_id)
+            attempt.cancelled.set()
+            free.append(attempt.slot)
 
         while pending or running:
+            if enough_at is not None and time.monotonic() - enough_at >= wait_after_min:
+                break  # over-rollout: the groups still running are abandoned
             while pending and free:
-                position, number, avoid = pending.popleft()
-                slot = self._pick_runner(free, avoid)
+                picked = self._pick(pending, free)
+                if picked is None:
+                    break  # every waiting retry wants another engine than the free runners use
+                (position, number, _), slot = picked
                 attempt = _Attempt(position, number, slot, slot % engines, time.monotonic() + self.timeout,
                                    threading.Event())
                 attempt_id = next(self._ids)
@@ -199,7 +325,9 @@ class Scheduler:
                     target=self._attempt, args=(attempt_id, tasks[position], client, done),
                     name=f"trinity-runner-{slot}", daemon=True,
                 ).start()
-            wait = max(0.0, min(a.deadline for a in running.values()) - time.monotonic())
+            horizon = float("inf") if enough_at is None else enough_at + wait_after_min
+            wait = max(0.0, min(min((a.deadline for a in running.values()), default=horizon), horizon)
+                       - time.monotonic())
             try:
                 attempt_id, experiences, error, retryable = done.get(timeout=wait)
             except queue.Empty:
@@ -210,41 +338,74 @@ class Scheduler:
                     free.append(finished.slot)
                     if error is None and experiences is not None:
                         results[finished.position] = experiences
+                        counts["succeeded"] += 1
+                        groups.succeed(finished.position)
                     else:
+                        if _engine_died(error):
+                            if finished.engine not in self.dead_engines:
+                                logger.warning("engine %d is dead; no more tasks go to it", finished.engine)
+                            self.dead_engines.add(finished.engine)
                         timed_out = isinstance(error, (TaskTimeoutError, TaskCancelledError))
                         fail(finished, error or "workflow returned nothing", timed_out, retryable)
             now = time.monotonic()
             for attempt_id, attempt in list(running.items()):
                 if now >= attempt.deadline:
-                    del running[attempt_id]
-                    attempt.cancelled.set()
-                    free.append(attempt.slot)
+                    stop(attempt_id)
                     fail(attempt, f"TaskTimeoutError: no result within {self.timeout:g}s", True)
+            if enough_at is None and groups.complete >= min_groups:
+                enough_at = time.monotonic()
+        for attempt_id in list(running):
+            stop(attempt_id)
         failures.sort(key=lambda f: f.position)
+        dropped = groups.incomplete_positions()
+        for position in dropped:
+            results[position] = None  # a group trains whole or not at all
         experiences = [e for r in results if r is not None for e in r]
         rewards = [e.reward for e in experiences if e.reward is not None]
+        failed_groups, abandoned_groups = groups.failed, groups.total - groups.complete - groups.failed
         metrics = {
             "tasks": float(len(tasks)),
-            "succeeded": float(len(tasks) - len(failures)),
+            "succeeded": float(counts["succeeded"]),
             "failed": float(len(failures)),
             "attempts": float(counts["attempts"]),
             "retries": float(counts["retries"]),
             "timeouts": float(counts["timeouts"]),
             "experiences": float(len(experiences)),
+            "groups": float(groups.total),
+            "complete_groups": float(groups.complete),
+            "dropped_groups": float(failed_groups),
+            "dropped_rollouts": float(sum(tasks[p].repeat_times for p in groups.positions_of_failed())),
+            "abandoned_groups": float(abandoned_groups),
+            "dead_engines": float(len(self.dead_engines)),
             "time_s": time.monotonic() - started,
         }
         if rewards:
             metrics["reward_mean"] = sum(rewards) / len(rewards)
+        if failed_groups or abandoned_groups:
+            logger.info("step: %d of %d groups complete, %d dropped (failed), %d abandoned (over-rollout)",
+                        groups.complete, groups.total, failed_groups, abandoned_groups)
         return StepResult(results=results, failures=failures, metrics=metrics)
 
-    def _pick_runner(self, free: deque[int], avoid: int | None) -> int:
-        """Take a free runner, one not on engine ``avoid`` when there is one (a retry tries another engine)."""
-        if avoid is not None and len(self.clients) > 1:
-            for slot in free:
-                if slot % len(self.clients) != avoid:
+    def _pick(self, pending: deque[tuple[int, int, int | None]],
+              free: deque[int]) -> tuple[tuple[int, int, int | None], int] | None:
+        """Take the first pending attempt that a free runner may run, and that runner; None when there is none.
+
+        A retry runs on another engine than the one it failed on whenever there
+        is another engine: it waits for a runner of one rather than going back.
+        No attempt goes to a dead engine while a live one exists.
+        """
+        engines = len(self.clients)
+        candidates = [slot for slot in free if slot % engines not in self.dead_engines]
+        if len(self.dead_engines) == engines:  # no engine lives: the attempts fail and are reported
+            candidates = list(free)
+        for entry in pending:
+            avoid = entry[2]
+            for slot in candidates:
+                if avoid is None or engines == 1 or slot % engines != avoid:
+                    pending.remove(entry)
                     free.remove(slot)
-                    return slot
-        return free.popleft()
+                    return entry, slot
+        return None
 
     def _attempt(
         self,

@@ -159,7 +159,11 @@ class BothLoop:
         experiences = result.experiences
         if result.failures:
             logger.warning("step %d: %d task(s) failed: %s", step + 1, len(result.failures), result.failures[0].error)
-        stored = self.pipeline.write_step(experiences)
+        dropped = int(result.metrics.get("dropped_groups", 0) + result.metrics.get("abandoned_groups", 0))
+        if not experiences:
+            logger.warning("step %d: no group completed (%d dropped); the step adds nothing to train on", step + 1,
+                           dropped)
+        stored = self.pipeline.write_step(experiences, batch=step, dropped_groups=dropped)
         metrics = explore_metrics(result, experiences)
         metrics["explore/stored_experiences"] = float(len(stored))
         versions = [int(e.model_version) for e in experiences]

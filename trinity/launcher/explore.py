@@ -133,9 +133,13 @@ def _explore_batches(session: Session, tasks: Any, *, engines: EngineSet, schedu
         if result.failures:
             logger.warning("step %d: %d task(s) failed: %s", step + 1, len(result.failures),
                            result.failures[0].error)
+        dropped = int(result.metrics.get("dropped_groups", 0) + result.metrics.get("abandoned_groups", 0))
+        if not result.experiences:
+            logger.warning("step %d: no group completed (%d dropped); nothing stored, the step is skipped",
+                           step + 1, dropped)
         # every rollout of the batch is in result: a group the pipeline still holds will never be completed,
-        # so it is released with the batch, and the batch is stored in one atomic write
-        pipeline.write_step(result.experiences)
+        # so it is released with the batch, and the batch is stored in one atomic write that says it is final
+        pipeline.write_step(result.experiences, batch=step, dropped_groups=dropped)
         state = {"tasks": tasks.state_dict(), "model_version": loaded}
         write_text_atomic(state_file, json.dumps(state, indent=2, sort_keys=True) + "\n")
         metrics = explore_metrics(result, result.experiences)

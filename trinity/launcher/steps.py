@@ -83,11 +83,13 @@ def pipeline_for(session: Session, storage: Any, pad_token_id: int, recorder: An
     return pipeline_for_plan(session.plan, pad_token_id=pad_token_id, storage=storage, recorder=recorder)
 
 
-def strategy_for(session: Session, storage: Any) -> Any:
+def strategy_for(session: Session, storage: Any, *, count_dropped: bool = False) -> Any:
     """Return the sample strategy the trainer draws from ``storage`` with (``train_batch_size`` rows per step).
 
     ``mix`` takes its expert rows from the auxiliary data set it names and
-    the rest of the batch, in whole groups, from ``storage``.
+    the rest of the batch, in whole groups, from ``storage``. With
+    ``count_dropped`` the groups the explorer dropped take their places in
+    the batches (the batch ends with the complete groups rather than waiting).
     """
     from trinity.buffer import make_sample_strategy
 
@@ -96,13 +98,16 @@ def strategy_for(session: Session, storage: Any) -> Any:
     options = dict(plan.buffer.sample_strategy_args)
     rows = plan.buffer.train_batch_size
     if plan.buffer.sample_strategy != "mix":
-        return make_sample_strategy(plan.buffer.sample_strategy, storage, batch_size=max(1, rows // group),
-                                    group_size=group, **options)
+        strategy = make_sample_strategy(plan.buffer.sample_strategy, storage, batch_size=max(1, rows // group),
+                                        group_size=group, **options)
+        strategy.count_dropped = count_dropped
+        return strategy
     from trinity.buffer.dataset_source import DatasetSource
     from trinity.buffer.mixing import MixStrategy, expert_rows
 
     experts = expert_rows(rows, float(options.get("expert_data_ratio", 0.5)))
     usual = make_sample_strategy("default", storage, batch_size=max(1, (rows - experts) // group), group_size=group)
+    usual.count_dropped = count_dropped
     data = plan.buffer.auxiliary[str(options.get("sft_dataset_name", "sft_dataset"))]
     expert = DatasetSource.for_dataset(plan, data, experts)
     return MixStrategy(usual, expert)

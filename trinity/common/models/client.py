@@ -31,6 +31,15 @@ class TaskCancelledError(RuntimeError):
     """The task attempt was abandoned (timed out) while its workflow was still running."""
 
 
+class EngineDeadError(RuntimeError):
+    """The engine's actor is gone (its process died or was killed); no call to it can succeed."""
+
+    def __init__(self, index: int, detail: str) -> None:
+        super().__init__(f"engine {index} is dead: {detail}")
+        #: Position of the engine in the client's engine list.
+        self.index = index
+
+
 class RolloutModel(Protocol):
     """What workflows use: the sampling half of an inference engine plus its tokenizer."""
 
@@ -113,12 +122,14 @@ class EngineClient:
             self._check()
             return result
         import ray
-        from ray.exceptions import GetTimeoutError
+        from ray.exceptions import GetTimeoutError, RayActorError
 
-        ref = getattr(self.engine, method).remote(*args)
         timeout = None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
         try:
+            ref = getattr(self.engine, method).remote(*args)
             return ray.get(ref, timeout=timeout)
+        except RayActorError as exc:
+            raise EngineDeadError(self.index, type(exc).__name__) from exc
         except GetTimeoutError:
             try:
                 ray.cancel(ref)

@@ -80,6 +80,10 @@ class ExplorerPlan:
     eval_on_startup: bool = True
     #: Mode bench: the latest checkpoint only.
     bench_on_latest_checkpoint: bool = False
+    #: Fraction of a training step's groups the scheduler does not wait for (over-rollout), in [0, 1).
+    over_rollout_ratio: float = 0.0
+    #: Seconds the scheduler still waits for groups once the minimum is complete.
+    wait_after_min: float = 30.0
 
 
 def _engine(spec: InferenceModelConfig, model: ModelPlan, *, name: str, model_path: str, where: str) -> EnginePlan:
@@ -131,6 +135,13 @@ def resolve_explorer(config: Config, model: ModelPlan) -> ExplorerPlan:
         auxiliary.append(_engine(spec, model, name=name, model_path=spec.model_path, where=where))
     if explorer.max_repeat_times_per_runner is not None and explorer.max_repeat_times_per_runner < 1:
         raise ConfigError("explorer.max_repeat_times_per_runner: must be at least 1 (or unset)")
+    over = explorer.over_rollout
+    if not 0.0 <= over.ratio < 1.0:
+        raise ConfigError(f"explorer.over_rollout.ratio: {over.ratio!r} is outside [0, 1); set a fraction such as 0.25")
+    if over.wait_after_min < 0:
+        raise ConfigError(
+            f"explorer.over_rollout.wait_after_min: {over.wait_after_min!r} is negative; set seconds >= 0"
+        )
     return ExplorerPlan(
         rollout=rollout,
         auxiliary=tuple(auxiliary),
@@ -142,4 +153,6 @@ def resolve_explorer(config: Config, model: ModelPlan) -> ExplorerPlan:
         eval_interval=explorer.eval_interval,
         eval_on_startup=explorer.eval_on_startup,
         bench_on_latest_checkpoint=explorer.bench_on_latest_checkpoint,
+        over_rollout_ratio=float(over.ratio),
+        wait_after_min=float(over.wait_after_min),
     )

@@ -82,11 +82,11 @@ class InferenceModelConfig:
 
 @dataclass
 class OverRolloutConfig:
-    """Submit more tasks than a step needs and train on the first that finish (upstream)."""
+    """Train a step on the groups that finish first instead of waiting for the slowest (upstream)."""
 
-    #: Fraction of a batch the explorer does not wait for.
-    ratio: float = refused(0.0, "over-rollout needs the asynchronous loop, which is not supported yet; set ratio: 0")
-    #: Seconds to wait after the minimum is reached.
+    #: Fraction of a batch's groups the explorer does not wait for, in [0, 1).
+    ratio: float = 0.0
+    #: Seconds to wait for more groups once the minimum is complete.
     wait_after_min: float = 30.0
 
 
