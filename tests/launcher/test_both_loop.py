@@ -90,7 +90,10 @@ def test_offset_one_runs_one_batch_ahead_and_never_more(tmp_path: Path, tiny_mod
     assert order.index(("explore", 2)) < order.index(("train", 1)), "the explorer did not run ahead"
     # and for real at the same time: some rollout batch was running while a training step was
     rollouts = [(r["time"] - r["metrics"]["explore/time_s"], r["time"]) for r in logged if r["phase"] == "explore"]
-    steps = [(r["time"] - r["metrics"]["step_time_s"], r["time"]) for r in logged if r["phase"] == "train"]
+    # a training step is logged after its sync, which first waits for the rollout batch in flight
+    ends = [(r["time"] - r["metrics"].get("time/sync_s", 0.0) - r["metrics"].get("time/sync_wait_s", 0.0),
+             r["metrics"]["step_time_s"]) for r in logged if r["phase"] == "train"]
+    steps = [(end - took, end) for end, took in ends]
     assert any(a < d and c < b for a, b in rollouts for c, d in steps), "explorer and trainer never overlapped"
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+import time
 from typing import Any
 
 from trinity.launcher.evaluation import evaluate
@@ -261,12 +262,15 @@ class BothLoop:
 
     def _sync_now(self, version: int) -> dict[str, float]:
         """Push the trainer's weights to the engines between two rollout batches; return the sync's metrics."""
-        from trinity.monitor.keys import SYNC_SECONDS
+        from trinity.monitor.keys import SYNC_SECONDS, SYNC_WAIT_SECONDS
 
-        with self.engine_lock:
+        asked = time.monotonic()
+        with self.engine_lock:  # a rollout batch in flight finishes first
+            waited = time.monotonic() - asked
             report = self.sync.sync(version=version)
             metrics: dict[str, float] = dict(report.metrics())
             metrics[SYNC_SECONDS] = report.seconds
+            metrics[SYNC_WAIT_SECONDS] = waited
             if self.plan.sync.verify_checksums and self.verify is not None:
                 metrics["sync/checksum_match"] = self.verify(self.trainer, self.engines, version)
         with self.cond:

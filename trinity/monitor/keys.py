@@ -23,6 +23,8 @@ REWARD_MEAN = "reward/mean"
 TOKENS_PER_SECOND = "perf/tokens_per_s"
 #: Seconds the last weight synchronisation took.
 SYNC_SECONDS = "time/sync_s"
+#: Seconds a weight sync waited for the rollout batch in flight to finish (mode both, concurrent loop).
+SYNC_WAIT_SECONDS = "time/sync_wait_s"
 
 #: Metrics as JSON lines, in the run folder.
 METRICS_FILE = "metrics.jsonl"
