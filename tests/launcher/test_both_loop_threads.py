@@ -22,13 +22,15 @@ from trinity.synchronizer.policy import SyncPolicy
 class Parts:
     """Stand-ins sharing one event log; ``engine_version`` is what the engines hold."""
 
-    def __init__(self, batches: int, *, fail_explore_at: int = 0, interrupt_train_at: int = 0) -> None:
+    def __init__(self, batches: int, *, fail_explore_at: int = 0, interrupt_train_at: int = 0,
+                 all_fail_at: tuple[int, ...] = ()) -> None:
         self.events: list[tuple[str, int, int]] = []
         self.engine_version = 0
         self.step = 0
         self.batches = batches
         self.fail_explore_at = fail_explore_at
         self.interrupt_train_at = interrupt_train_at
+        self.all_fail_at = all_fail_at
         self.stored: list[Any] = []
         self.stats: dict[str, float] = {}
         self.batch_size = 1
@@ -50,11 +52,13 @@ class Parts:
             raise RuntimeError(f"rollout of step {tasks[0]} failed")
         time.sleep(0.02)
         self.events.append(("explore", tasks[0], self.engine_version))
+        if tasks[0] in self.all_fail_at:  # the batch's only group failed: the scheduler dropped it
+            return SimpleNamespace(experiences=[], failures=[], metrics={"dropped_groups": 1})
         exp = SimpleNamespace(group_id=f"g{tasks[0]}", model_version=self.engine_version)
         return SimpleNamespace(experiences=[exp], failures=[], metrics={})
 
     # pipeline
-    def write_step(self, experiences: list[Any]) -> list[Any]:
+    def write_step(self, experiences: list[Any], *, batch: int, dropped_groups: int) -> list[Any]:
         self.stored.extend(experiences)
         return experiences
 
@@ -155,3 +159,35 @@ def test_ctrl_c_in_the_trainer_stops_the_explorer_thread(monkeypatch: pytest.Mon
         _loop(parts, monkeypatch, offset=1).run(resumed=False)
     assert "trinity-explorer" not in _threads()
     assert max(step for kind, step, _ in parts.events if kind == "explore") <= 4
+
+
+def test_a_batch_whose_groups_all_failed_is_skipped_and_the_run_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    parts = Parts(4, all_fail_at=(2,))
+    loop = _loop(parts, monkeypatch)
+    loop.run(resumed=False)
+    # explorer step 2 stored nothing: no training step for it, and step 3 still rolls out (on version 1)
+    assert parts.events == [("explore", 1, 0), ("train", 1, 0), ("sync", 1, 1), ("explore", 2, 1), ("explore", 3, 1),
+                            ("train", 2, 1), ("sync", 2, 2), ("explore", 4, 2), ("train", 3, 2), ("sync", 3, 3),
+                            ("save", 3, -1)]
+    assert loop.skipped_batches == 1
+
+
+def test_a_training_step_takes_the_complete_groups_of_its_batch_and_never_waits_for_dropped_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    parts = Parts(3)
+    parts.batch_size = 2  # two groups per training step; each explorer step stores one and drops one
+    real_run = parts.run
+
+    def half_dropped(tasks: list[int]) -> Any:
+        result = real_run(tasks)
+        result.metrics["dropped_groups"] = 1
+        return result
+
+    monkeypatch.setattr(parts, "run", half_dropped)
+    started = time.monotonic()
+    _loop(parts, monkeypatch).run(resumed=False)
+    assert time.monotonic() - started < 5.0
+    assert [e for e in parts.events if e[0] != "save"] == [
+        ("explore", 1, 0), ("train", 1, 0), ("sync", 1, 1), ("explore", 2, 1), ("train", 2, 1), ("sync", 2, 2),
+        ("explore", 3, 2), ("train", 3, 2), ("sync", 3, 3)]

@@ -4,8 +4,12 @@ Both threads only drive Ray actors, so they overlap for real: while the
 trainer steps, the explorer rolls the next batch out. What makes one wait for
 the other is the sync policy alone:
 
-* backlog: the explorer runs at most ``sync_offset + 1`` batches (in groups)
-  ahead of what the trainer has trained (and synced);
+* backlog: the explorer runs at most ``sync_offset + 1`` batches ahead of
+  what the trainer has trained (and synced). Batches are counted in *places*:
+  every task of an explorer step is one place, whether its group was stored
+  or dropped because its rollouts failed, so a training step takes the
+  groups that completed and never waits for those that will not come (a step
+  whose places were all dropped is skipped and logged);
 * ``fixed``: explorer step ``k`` also waits until the engines hold version
   ``SyncPolicy.required_version(k)``; the trainer syncs after every
   ``sync_interval`` steps. With ``sync_offset: 0, sync_interval: 1`` this is
@@ -18,8 +22,8 @@ the other is the sync policy alone:
 A sync never happens while a batch is rolled out (one lock covers a rollout
 batch, a sync and an evaluation), so every experience of a batch carries the
 same model version. Groups the sample strategy drops (``staleness_control``)
-count as consumed, and a trainer short of data lets the explorer past the
-version gate, so drops never deadlock the run.
+count as consumed, and a trainer waiting for data lets the explorer past the
+version gate, so neither kind of drop deadlocks the run.
 """
 
 from __future__ import annotations
@@ -60,13 +64,20 @@ class BothLoop:
         self.style = getattr(self.plan.sync, "style", "fixed")
         #: Rollout groups one training step takes (the strategy's batch; ``mix`` adds its expert rows to it).
         self.groups_per_step = int(strategy.batch_size)
-        #: ``(groups stored so far, task position after them)`` per explored batch, oldest first.
+        #: ``(places explored so far, task position after them)`` per explored batch, oldest first.
         self.explored: collections.deque[tuple[int, dict[str, Any]]] = collections.deque()
-        self.explored_total = 0
-        #: Groups the trainer has taken for its steps so far.
-        self.taken_total = 0
-        #: Groups whose step has been trained (and synced, when due): what the backlog counts from.
-        self.released_total = 0
+        #: ``[stored groups, dropped groups]`` of each explored batch not yet wholly taken, oldest first.
+        self.untaken: collections.deque[list[int]] = collections.deque()
+        self.explored_places = 0
+        self.explored_groups = 0
+        #: Places and stored groups the trainer has taken for its steps so far.
+        self.taken_places = 0
+        self.taken_groups = 0
+        #: Places whose step has been trained (and synced, when due): what the backlog counts from.
+        self.released_places = 0
+        #: Whether the trainer is idle until more places are explored (it lets the explorer past the version gate).
+        self.trainer_waiting = False
+        self.skipped_batches = 0
         self.exhausted = False
         self.synced_version = int(trainer.step)
         self.sync_requested = False
@@ -134,8 +145,10 @@ class BothLoop:
         with self.cond:
             while not self.stopping:
                 dropped = self._dropped()
-                starving = self.explored_total - dropped < self.taken_total
-                backlog_ok = self.explored_total - dropped - self.released_total < self.groups_per_step * (lead + 1)
+                short = self.explored_places - self.taken_places < self.groups_per_step
+                starving = (self.trainer_waiting and short) or self.explored_groups - dropped < self.taken_groups
+                backlog = self.explored_places - dropped - self.released_places
+                backlog_ok = backlog < self.groups_per_step * (lead + 1)
                 if starving or (backlog_ok and self._version_ok()):
                     return True
                 self.cond.wait(0.2)  # drops happen inside the strategy, which does not notify
@@ -171,9 +184,12 @@ class BothLoop:
         if versions:
             metrics["explore/model_version"] = float(min(versions))
         self._log(metrics, step + 1, PHASE_EXPLORE)
+        groups = len({e.group_id for e in stored})
         with self.cond:
-            self.explored_total += len({e.group_id for e in stored})
-            self.explored.append((self.explored_total, self.tasks.state_dict()))
+            self.untaken.append([groups, dropped])
+            self.explored_groups += groups
+            self.explored_places += groups + dropped
+            self.explored.append((self.explored_places, self.tasks.state_dict()))
             self.cond.notify_all()
         return True
 
@@ -194,37 +210,78 @@ class BothLoop:
     def _trainer_main(self) -> None:
         while not self._trainer_done():
             groups = self._wait_for_batch()
-            if groups == 0:
+            if groups is None:
                 break  # the tasks ran out
-            self._train(groups)
+            if groups:
+                self._train(groups)
+            else:
+                self._skip()
 
     def _trainer_done(self) -> bool:
         limit = self.plan.trainer.total_steps
         return limit is not None and self.trainer.step >= limit
 
-    def _wait_for_batch(self) -> int:
-        """Return how many groups the next step takes once they are stored (0: no more will come)."""
+    def _wait_for_batch(self) -> int | None:
+        """Take the next step's places once explored; return its stored groups (None: no more will come)."""
         with self.cond:
-            while True:
-                if self.error is not None:
-                    raise self.error
-                if self.sync_requested:
-                    self.cond.release()
-                    try:
-                        self._sync_now(self.trainer.step)
-                    finally:
-                        self.cond.acquire()
-                    continue
-                waiting = self.explored_total - self._dropped() - self.taken_total
-                if waiting >= self.groups_per_step:
-                    return self._take(self.groups_per_step)
-                if self.exhausted:
-                    return self._take(max(0, waiting))  # the last batch may be smaller
-                self.cond.wait(0.2)
+            try:
+                while True:
+                    if self.error is not None:
+                        raise self.error
+                    if self.sync_requested:
+                        self.cond.release()
+                        try:
+                            self._sync_now(self.trainer.step)
+                        finally:
+                            self.cond.acquire()
+                        continue
+                    waiting = self.explored_places - self.taken_places
+                    if waiting >= self.groups_per_step:
+                        return self._take(self.groups_per_step)
+                    if self.exhausted:
+                        return self._take(waiting) if waiting else None  # the last batch may be smaller
+                    self.trainer_waiting = True
+                    self.cond.notify_all()
+                    self.cond.wait(0.2)
+            finally:
+                self.trainer_waiting = False
 
-    def _take(self, groups: int) -> int:
-        self.taken_total += groups
+    def _take(self, places: int) -> int:
+        """Take ``places`` from the oldest explored batches (a batch's stored groups first); return the groups."""
+        groups = 0
+        left = places
+        while left:
+            batch = self.untaken[0]
+            stored = min(batch[0], left)
+            batch[0] -= stored
+            groups += stored
+            left -= stored
+            dropped = min(batch[1], left)
+            batch[1] -= dropped
+            left -= dropped
+            if batch == [0, 0]:
+                self.untaken.popleft()
+        self.taken_places += places
+        self.taken_groups += groups
         return groups
+
+    def _release(self) -> dict[str, Any] | None:
+        """Let the backlog count from the places taken so far; return the task position they end at, if any."""
+        position = None
+        with self.cond:
+            while self.explored and self.explored[0][0] <= self.taken_places + self._dropped():
+                position = self.explored.popleft()[1]
+            self.released_places = self.taken_places
+            self.cond.notify_all()
+        return position
+
+    def _skip(self) -> None:
+        """A step whose places the explorer dropped entirely: nothing to train on, so it is skipped."""
+        self.skipped_batches += 1
+        logger.warning("a training batch of %d groups is skipped: the explorer dropped every one of them "
+                       "(their rollouts failed); %d batch(es) skipped so far", self.groups_per_step,
+                       self.skipped_batches)
+        self._release()
 
     def _train(self, groups: int) -> None:
         from trinity.monitor.keys import PHASE_TRAIN
@@ -233,23 +290,24 @@ class BothLoop:
         timeout = plan.buffer.experience.read_timeout if plan.buffer.experience else None
         version = self.trainer.step
         experiences = self.strategy.sample(trainer_version=version, timeout=timeout, groups=groups)
-        position = None
         with self.cond:
-            trained = self.taken_total
-            while self.explored and self.explored[0][0] <= trained + self._dropped():
-                position = self.explored.popleft()[1]
-            if position is None:
-                position = self.tasks.state_dict()
+            position = None
+            for places, state in self.explored:
+                if places > self.taken_places + self._dropped():
+                    break
+                position = state
+        if position is None:
+            position = self.tasks.state_dict()
         metrics = self.trainer.train_step(experiences, checkpoint_extra={"tasks": position})
         metrics.update(self._strategy_metrics())
+        if self.skipped_batches:
+            metrics["buffer/skipped_batches"] = float(self.skipped_batches)
         if experiences:
             metrics["buffer/trained_staleness"] = float(version - min(int(e.model_version) for e in experiences))
         step = self.trainer.step
         if self.style != "explorer_driven" and self.sync.policy.should_sync(step):
             metrics.update(self._sync_now(step))
-        with self.cond:
-            self.released_total = self.taken_total
-            self.cond.notify_all()
+        self._release()
         self._log(metrics, step, PHASE_TRAIN)
         interval = plan.explorer.eval_interval
         if plan.buffer.eval_tasksets and interval and step % interval == 0:
