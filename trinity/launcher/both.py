@@ -4,8 +4,11 @@ The explorer rolls out a batch of ``buffer.batch_size`` tasks on the engines
 and the pipeline stores its experiences; the trainer takes a step whenever
 ``buffer.train_batch_size`` experiences (whole groups of ``repeat_times``) are
 in; the synchronizer pushes the new weights every ``sync_interval`` steps.
-Groups the algorithm drops (``std_threshold``) or whose rollouts failed do not
-count: the explorer rolls out more before the trainer steps. The explorer and the trainer run at the
+A training step takes one batch's worth of tasks: groups whose rollouts failed
+are dropped from it (the step trains on the complete ones; a step left with
+none is skipped and logged). Groups the algorithm filters out
+(``std_threshold``) do not count: the explorer rolls out more before the
+trainer steps. The explorer and the trainer run at the
 same time (:mod:`trinity.launcher.both_loop`); with ``sync_offset`` > 0 the
 explorer runs that many training batches ahead (its experiences are then that
 much off-policy). A run is resumable: each checkpoint stores the task position of
