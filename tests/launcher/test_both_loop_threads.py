@@ -31,6 +31,7 @@ class Parts:
         self.fail_explore_at = fail_explore_at
         self.interrupt_train_at = interrupt_train_at
         self.all_fail_at = all_fail_at
+        self.max_staleness: int | None = None
         self.stored: list[Any] = []
         self.stats: dict[str, float] = {}
         self.batch_size = 1
@@ -64,7 +65,21 @@ class Parts:
 
     # strategy
     def sample(self, *, trainer_version: int, timeout: Any, groups: int) -> list[Any]:
-        taken, self.stored = self.stored[:groups], self.stored[groups:]
+        if self.max_staleness is None:
+            taken, self.stored = self.stored[:groups], self.stored[groups:]
+            return taken
+        # as staleness_control: drop groups older than the bound, and read on (waiting) for as many fresh ones
+        taken, deadline = [], time.monotonic() + 10.0
+        while len(taken) < groups:
+            if not self.stored:
+                assert time.monotonic() < deadline, "the strategy waited for groups the explorer never rolled out"
+                time.sleep(0.005)
+                continue
+            exp = self.stored.pop(0)
+            if trainer_version - exp.model_version > self.max_staleness:
+                self.stats["stale_dropped_groups"] = self.stats.get("stale_dropped_groups", 0) + 1
+            else:
+                taken.append(exp)
         return taken
 
     # trainer
@@ -191,3 +206,16 @@ def test_a_training_step_takes_the_complete_groups_of_its_batch_and_never_waits_
     assert [e for e in parts.events if e[0] != "save"] == [
         ("explore", 1, 0), ("train", 1, 0), ("sync", 1, 1), ("explore", 2, 1), ("train", 2, 1), ("sync", 2, 2),
         ("explore", 3, 2), ("train", 3, 2), ("sync", 3, 3)]
+
+
+def test_stale_drops_make_the_explorer_roll_out_more_and_never_stall_the_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    parts = Parts(8)
+    parts.max_staleness = 0
+    started = time.monotonic()
+    loop = _loop(parts, monkeypatch, offset=1)
+    loop.run(resumed=False)
+    assert time.monotonic() - started < 8.0
+    assert parts.stats["stale_dropped_groups"] > 0
+    trained = [e for e in parts.events if e[0] == "train"]
+    assert trained and all(version == step - 1 for _, step, version in trained), trained
+    assert len(trained) + parts.stats["stale_dropped_groups"] == 8

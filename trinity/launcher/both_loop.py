@@ -78,6 +78,8 @@ class BothLoop:
         #: Whether the trainer is idle until more places are explored (it lets the explorer past the version gate).
         self.trainer_waiting = False
         self.skipped_batches = 0
+        #: Stale-dropped groups already counted as consumed places (see :meth:`_absorb_stale_drops`).
+        self.absorbed = 0
         self.exhausted = False
         self.synced_version = int(trainer.step)
         self.sync_requested = False
@@ -145,7 +147,7 @@ class BothLoop:
         with self.cond:
             while not self.stopping:
                 dropped = self._dropped()
-                short = self.explored_places - self.taken_places < self.groups_per_step
+                short = self.explored_places - dropped - self.taken_places < self.groups_per_step
                 starving = (self.trainer_waiting and short) or self.explored_groups - dropped < self.taken_groups
                 backlog = self.explored_places - dropped - self.released_places
                 backlog_ok = backlog < self.groups_per_step * (lead + 1)
@@ -235,7 +237,8 @@ class BothLoop:
                         finally:
                             self.cond.acquire()
                         continue
-                    waiting = self.explored_places - self.taken_places
+                    self._absorb_stale_drops()
+                    waiting = self.explored_places - self.absorbed - self.taken_places
                     if waiting >= self.groups_per_step:
                         return self._take(self.groups_per_step)
                     if self.exhausted:
@@ -246,11 +249,28 @@ class BothLoop:
             finally:
                 self.trainer_waiting = False
 
+    def _absorb_stale_drops(self) -> None:
+        """Count the groups the strategy dropped as stale as consumed places of the oldest batches not yet taken.
+
+        A step that drops stale groups reads as many more from the batches
+        after its own, so those groups are gone when their batch's turn comes.
+        """
+        extra = self._dropped() - self.absorbed
+        self.absorbed += extra
+        for batch in self.untaken:
+            if not extra:
+                break
+            gone = min(batch[0], extra)
+            batch[0] -= gone
+            extra -= gone
+        while self.untaken and self.untaken[0] == [0, 0]:
+            self.untaken.popleft()
+
     def _take(self, places: int) -> int:
         """Take ``places`` from the oldest explored batches (a batch's stored groups first); return the groups."""
         groups = 0
         left = places
-        while left:
+        while left and self.untaken:
             batch = self.untaken[0]
             stored = min(batch[0], left)
             batch[0] -= stored
