@@ -247,7 +247,7 @@ class BufferedParts(Parts):
             raise KeyboardInterrupt
         self.step += 1
         self.trained[self.step] = list(dict.fromkeys(e.group_id for e in experiences))
-        self.extras[self.step] = json.loads(json.dumps(checkpoint_extra))  # what a checkpoint file would hold
+        self.extras[self.step] = json.loads(json.dumps(checkpoint_extra()))  # what a checkpoint file would hold
         self.events.append(("train", self.step, min(e.model_version for e in experiences)))
         return {}
 

@@ -25,18 +25,19 @@ same model version. Groups the sample strategy drops (``staleness_control``)
 count as consumed, and a trainer waiting for data lets the explorer past the
 version gate, so neither kind of drop deadlocks the run.
 
-A checkpoint stores :meth:`BothLoop.checkpoint_state`, taken after the
-step's batch is read. With a persistent buffer (SQLite, JSONL) the batches
-already stored stay: the checkpoint keeps where the buffer's data ends, the
-sample strategy's state (read position, held experiences), the loop's place
-counters and the task position after the last stored batch;
-:meth:`BothLoop.restore` cuts what was stored after the checkpoint and
-continues from there, so every batch is explored once and every group
-trained once, whatever the offset and however the steps split the batches.
-A queue buffer dies with the run: the checkpoint keeps the task position
-after the last batch wholly trained, and the batches after it are explored
-again (a batch a step took only part of is explored again whole, and that
-part trained twice; :meth:`BothLoop.restore` warns).
+A checkpoint stores :meth:`BothLoop.checkpoint_state`, taken when the
+trainer saves it (after the step's batch was read, before the next). With a
+persistent buffer (SQLite, JSONL) the batches already stored stay: the
+checkpoint keeps where the buffer's data ends, the sample strategy's state
+(read position, held experiences), the loop's place counters and the task
+position after the last stored batch; :meth:`BothLoop.restore` cuts what was
+stored after the checkpoint and continues from there, so every batch is
+explored once and every group trained once, whatever the offset and however
+the steps split the batches. A queue buffer dies with the run: the
+checkpoint keeps the task position after the last batch wholly trained, and
+the batches after it are explored again (a batch a step took only part of is
+explored again whole, and that part trained twice; :meth:`BothLoop.restore`
+warns).
 """
 
 from __future__ import annotations
@@ -317,7 +318,7 @@ class BothLoop:
         logger.info("train step %d: %d experiences of groups %s, model versions %s", version + 1, len(experiences),
                     " ".join(dict.fromkeys(str(e.group_id) for e in experiences)),
                     sorted({int(e.model_version) for e in experiences}))
-        metrics = self.trainer.train_step(experiences, checkpoint_extra=self.checkpoint_state())
+        metrics = self.trainer.train_step(experiences, checkpoint_extra=self.checkpoint_state)
         metrics.update(self._strategy_metrics())
         if self.skipped_batches:
             metrics["buffer/skipped_batches"] = float(self.skipped_batches)
