@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from trinity.buffer.pipeline import ExperiencePipeline
-from trinity.buffer.sampling import SampleStrategy
+from trinity.buffer.sampling import SampleStrategy, StalenessStrategy
 from trinity.buffer.storage.base import ExperienceStorage
 from trinity.buffer.storage.sqlite import SQLiteStorage
 from trinity.launcher import both_loop
@@ -215,9 +215,10 @@ class BufferedParts(Parts):
     """
 
     def __init__(self, batches: int, *, groups: int = 1, step: int = 0, ahead: dict[int, int] | None = None,
-                 **kwargs: Any) -> None:
+                 stale_batches: tuple[int, ...] = (), **kwargs: Any) -> None:
         super().__init__(batches, **kwargs)
         self.groups = groups
+        self.stale_batches = stale_batches
         self.step = self.engine_version = step
         self.ahead = ahead or {}
         self.explored_batches: list[int] = []
@@ -239,7 +240,8 @@ class BufferedParts(Parts):
         batch = tasks[0][1] // self.groups + 1
         self.explored_batches.append(batch)
         self.events.append(("explore", batch, self.engine_version))
-        experiences = [e for _, task in tasks for e in make_group(f"t{task}", 2, version=self.engine_version)]
+        version = 0 if batch in self.stale_batches else self.engine_version  # as if rolled out long ago
+        experiences = [e for _, task in tasks for e in make_group(f"t{task}", 2, version=version)]
         return SimpleNamespace(experiences=experiences, failures=[], metrics={})
 
     def train_step(self, experiences: list[Any], checkpoint_extra: Any) -> dict[str, float]:
@@ -345,6 +347,20 @@ def test_with_a_queue_buffer_the_checkpoint_resumes_after_the_last_batch_wholly_
         loop.restore(parts.extras[3])
     assert again.position.step == 1
     assert "1 group(s) consumed before it are explored and trained again" in caplog.text
+
+
+def test_a_run_whose_last_groups_are_dropped_as_stale_finishes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    parts = BufferedParts(5, stale_batches=(5,))
+    storage = SQLiteStorage(tmp_path / "buf.sqlite")
+    strategy = StalenessStrategy(storage, batch_size=1, group_size=2, max_staleness=1)
+    loop = _loop(parts, monkeypatch, strategy=strategy, pipeline=ExperiencePipeline(storage=storage),
+                 storage=storage)
+    runner = threading.Thread(target=loop.run, args=(False,), daemon=True)
+    runner.start()
+    runner.join(10)
+    assert not runner.is_alive(), "the trainer waits for groups that will never come"
+    assert sorted(parts.trained) == [1, 2, 3, 4] and strategy.stats["stale_dropped_groups"] == 1
+    assert parts.events[-1] == ("save", 4, -1)
 
 
 class _ListStorage(ExperienceStorage):

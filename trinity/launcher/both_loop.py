@@ -23,7 +23,9 @@ A sync never happens while a batch is rolled out (one lock covers a rollout
 batch, a sync and an evaluation), so every experience of a batch carries the
 same model version. Groups the sample strategy drops (``staleness_control``)
 count as consumed, and a trainer waiting for data lets the explorer past the
-version gate, so neither kind of drop deadlocks the run.
+version gate, so neither kind of drop deadlocks the run; once the tasks run
+out the explorer closes the buffer, so a trainer whose last groups were
+dropped as stale stops instead of waiting for more.
 
 A checkpoint stores :meth:`BothLoop.checkpoint_state`, taken when the
 trainer saves it (after the step's batch was read, before the next). With a
@@ -48,7 +50,7 @@ import threading
 import time
 from typing import Any
 
-from trinity.buffer.errors import StorageError
+from trinity.buffer.errors import BufferExhaustedError, StorageError
 from trinity.launcher.evaluation import evaluate
 from trinity.launcher.session import Session
 from trinity.launcher.steps import explore_metrics, training_tasks
@@ -148,6 +150,8 @@ class BothLoop:
         try:
             while self._wait_until_explorer_may_go():
                 if not self._explore():
+                    if self.storage is not None:  # no more batches: the trainer reads what is left, then stops
+                        self.storage.close()
                     break
                 if self.style == "explorer_driven":
                     self._request_sync()
@@ -169,7 +173,7 @@ class BothLoop:
         with self.cond:
             while not self.stopping:
                 dropped = self._dropped()
-                short = self.explored_places - self.taken_places < self.groups_per_step
+                short = self.explored_places - self.taken_places - dropped < self.groups_per_step
                 starving = (self.trainer_waiting and short) or self.explored_groups - dropped < self.taken_groups
                 backlog = self.explored_places - dropped - self.released_places
                 backlog_ok = backlog < self.groups_per_step * (lead + 1)
@@ -239,10 +243,10 @@ class BothLoop:
             groups = self._wait_for_batch()
             if groups is None:
                 break  # the tasks ran out
-            if groups:
-                self._train(groups)
-            else:
+            if not groups:
                 self._skip()
+            elif not self._train(groups):
+                break  # the strategy dropped every group left as stale, and no more will come
 
     def _trainer_done(self) -> bool:
         limit = self.plan.trainer.total_steps
@@ -262,7 +266,7 @@ class BothLoop:
                         finally:
                             self.cond.acquire()
                         continue
-                    waiting = self.explored_places - self.taken_places
+                    waiting = self.explored_places - self.taken_places - self._dropped()
                     if waiting >= self.groups_per_step:
                         return self._take(self.groups_per_step)
                     if self.exhausted:
@@ -308,13 +312,18 @@ class BothLoop:
                        self.skipped_batches)
         self._release()
 
-    def _train(self, groups: int) -> None:
+    def _train(self, groups: int) -> bool:
+        """Train one step on ``groups`` groups; False when the closed buffer had none left to give."""
         from trinity.monitor.keys import PHASE_TRAIN
 
         plan = self.plan
         timeout = plan.buffer.experience.read_timeout if plan.buffer.experience else None
         version = self.trainer.step
-        experiences = self.strategy.sample(trainer_version=version, timeout=timeout, groups=groups)
+        try:
+            experiences = self.strategy.sample(trainer_version=version, timeout=timeout, groups=groups)
+        except BufferExhaustedError:
+            logger.info("the explorer is done and the sample strategy dropped every group left; training stops")
+            return False
         logger.info("train step %d: %d experiences of groups %s, model versions %s", version + 1, len(experiences),
                     " ".join(dict.fromkeys(str(e.group_id) for e in experiences)),
                     sorted({int(e.model_version) for e in experiences}))
@@ -332,6 +341,7 @@ class BothLoop:
         interval = plan.explorer.eval_interval
         if plan.buffer.eval_tasksets and interval and step % interval == 0:
             self._evaluate(step)
+        return True
 
     def _strategy_metrics(self) -> dict[str, float]:
         stats = getattr(self.strategy, "stats", None) or {}
