@@ -74,12 +74,15 @@ def test_truncate_drops_the_rows_written_after_a_checkpoint(tmp_path: Path) -> N
     storage.get(1)
     read, written = storage.state_dict(), storage.end_position()
     assert written == {"last_id": 2}
-    storage.put(make_group("b", 3))  # stored after the checkpoint, then the run was killed
+    storage.put(make_group("b", 3))  # stored after the checkpoint; the explorer was done and closed the storage
+    storage.close()
     storage.release()
     resumed = SQLiteStorage(tmp_path / "buf.sqlite")
     assert resumed.truncate(written) == 3
     resumed.load_state_dict(read)
     assert resumed.total() == 2 and ids(resumed.get(1)) == [("a", 1)]
+    with pytest.raises(StorageTimeoutError):  # reopened: a reader waits for the batches explored again
+        resumed.get(1, timeout=0.1)
     resumed.put(make_group("c", 1))  # ids go on after the highest ever used: the read position stays a prefix
     assert resumed.end_position() == {"last_id": 6} and ids(resumed.get(1)) == [("c", 0)]
     with pytest.raises(StorageError, match=r"last_id 9 is outside the stored rows 0\.\.6"):

@@ -15,7 +15,8 @@ consumed in the same transaction, so:
   largest consumed id (``state_dict``), and ``load_state_dict`` rewinds or
   advances to a checkpoint's position;
 * ids are never reused, so the write end is the largest id
-  (``end_position``) and ``truncate`` deletes the rows written after it.
+  (``end_position``) and ``truncate`` deletes the rows written after it
+  (and reopens a closed storage).
 """
 
 from __future__ import annotations
@@ -282,9 +283,11 @@ class SQLiteStorage(ExperienceStorage):
             return {"last_id": int(connection.execute(select(func.max(ExperienceRow.id))).scalar_one() or 0)}
 
     def truncate(self, position: dict[str, Any]) -> int:
-        """Delete the rows stored after ``position["last_id"]``; return how many.
+        """Delete the rows stored after ``position["last_id"]`` and reopen the storage; return how many rows.
 
-        Raises StorageError when the position is malformed or beyond the stored rows.
+        A close is undone with the rows: the writers that closed it are
+        being rolled back too. Raises StorageError when the position is
+        malformed or beyond the stored rows.
         """
         try:
             keep = int(position["last_id"])
@@ -299,6 +302,7 @@ class SQLiteStorage(ExperienceStorage):
                         "was the buffer file replaced?"
                     )
                 deleted = connection.execute(delete(ExperienceRow).where(ExperienceRow.id > keep)).rowcount
+                connection.execute(delete(StateRow).where(StateRow.key == CLOSED_KEY))
         except SQLAlchemyError as exc:
             raise self._error("truncate", exc) from None
         return int(deleted or 0)
