@@ -39,9 +39,9 @@ class SerialLoop(BothLoop):
             self._log(evaluate(self.plan, self.scheduler, 0), 0, "eval")
         lead = self.plan.sync.offset
         while not self._trainer_done():
-            while not self.exhausted and self.explored_total - self.taken_total < self.groups_per_step * (lead + 1):
+            while not self.exhausted and self.explored_places - self.taken_places < self.groups_per_step * (lead + 1):
                 self.exhausted = not self._explore()
-            waiting = self.explored_total - self.taken_total
+            waiting = self.explored_places - self.taken_places
             if waiting <= 0:
                 break
             self._train(self._take(min(waiting, self.groups_per_step)))
