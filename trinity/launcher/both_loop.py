@@ -29,7 +29,7 @@ dropped as stale stops instead of waiting for more.
 
 A checkpoint stores :meth:`BothLoop.checkpoint_state`, taken when the
 trainer saves it (after the step's batch was read, before the next). With a
-persistent buffer (SQLite, JSONL) the batches already stored stay: the
+persistent buffer (SQLite) the batches already stored stay: the
 checkpoint keeps where the buffer's data ends, the sample strategy's state
 (read position, held experiences), the loop's place counters and the task
 position after the last stored batch; :meth:`BothLoop.restore` cuts what was
