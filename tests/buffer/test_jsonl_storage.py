@@ -100,6 +100,26 @@ def test_state_dict_resumes_reading(tmp_path: Path) -> None:
         resumed.load_state_dict({"read_offset": 10**9})
 
 
+def test_truncate_cuts_the_lines_appended_after_a_checkpoint(tmp_path: Path) -> None:
+    path = tmp_path / "exp.jsonl"
+    storage = JsonlStorage(path)
+    assert storage.end_position() == {"size": 0} and storage.truncate({"size": 0}) == 0
+    storage.put(make_group("a", 2))
+    written = storage.end_position()
+    assert written == {"size": path.stat().st_size}
+    storage.put(make_group("b", 3))
+    assert storage.truncate(written) == 3
+    assert ids(read_all(path)) == [("a", 0), ("a", 1)]
+    storage.put(make_group("c", 1))
+    assert ids(read_all(path)) == [("a", 0), ("a", 1), ("c", 0)]
+    with pytest.raises(StorageError, match="not at a line start"):
+        storage.truncate({"size": written["size"] - 1})
+    with pytest.raises(StorageError, match="beyond the file"):
+        storage.truncate({"size": 10**9})
+    with pytest.raises(StorageError, match="no integer size"):
+        storage.truncate({"last_id": 1})
+
+
 def test_reading_a_missing_file_waits_then_times_out(tmp_path: Path) -> None:
     with pytest.raises(StorageTimeoutError, match=r"waited 0\.05 s for 1 experiences, 0 unread"):
         JsonlStorage(tmp_path / "none.jsonl", poll_interval=0.01).get(1, timeout=0.05)

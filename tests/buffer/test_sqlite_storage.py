@@ -67,6 +67,30 @@ def test_load_state_dict_rewinds_to_a_checkpoint(tmp_path: Path) -> None:
         resumed.load_state_dict({})
 
 
+def test_truncate_drops_the_rows_written_after_a_checkpoint(tmp_path: Path) -> None:
+    storage = SQLiteStorage(tmp_path / "buf.sqlite")
+    assert storage.end_position() == {"last_id": 0}
+    storage.put(make_group("a", 2))
+    storage.get(1)
+    read, written = storage.state_dict(), storage.end_position()
+    assert written == {"last_id": 2}
+    storage.put(make_group("b", 3))  # stored after the checkpoint; the explorer was done and closed the storage
+    storage.close()
+    storage.release()
+    resumed = SQLiteStorage(tmp_path / "buf.sqlite")
+    assert resumed.truncate(written) == 3
+    resumed.load_state_dict(read)
+    assert resumed.total() == 2 and ids(resumed.get(1)) == [("a", 1)]
+    with pytest.raises(StorageTimeoutError):  # reopened: a reader waits for the batches explored again
+        resumed.get(1, timeout=0.1)
+    resumed.put(make_group("c", 1))  # ids go on after the highest ever used: the read position stays a prefix
+    assert resumed.end_position() == {"last_id": 6} and ids(resumed.get(1)) == [("c", 0)]
+    with pytest.raises(StorageError, match=r"last_id 9 is outside the stored rows 0\.\.6"):
+        resumed.truncate({"last_id": 9})
+    with pytest.raises(StorageError, match="no integer last_id"):
+        resumed.truncate({"size": 3})
+
+
 def test_get_timeout_close_and_exhaustion(tmp_path: Path) -> None:
     storage = SQLiteStorage(tmp_path / "buf.sqlite", poll_interval=0.01)
     storage.put([make_exp("a", 0)])

@@ -7,13 +7,20 @@ version; the real parts run in ``test_both_loop.py``.
 
 from __future__ import annotations
 
+import json
+import logging
 import threading
 import time
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from trinity.buffer.pipeline import ExperiencePipeline
+from trinity.buffer.sampling import SampleStrategy, StalenessStrategy
+from trinity.buffer.storage.base import ExperienceStorage
+from trinity.buffer.storage.sqlite import SQLiteStorage
 from trinity.launcher import both_loop
 from trinity.launcher.both_loop import BothLoop
 from trinity.synchronizer.policy import SyncPolicy
@@ -101,7 +108,8 @@ class Parts:
         return SimpleNamespace(metrics=dict, seconds=0.0)
 
 
-def _loop(parts: Parts, monkeypatch: pytest.MonkeyPatch, **sync: Any) -> BothLoop:
+def _loop(parts: Parts, monkeypatch: pytest.MonkeyPatch, *, strategy: Any = None, pipeline: Any = None,
+          storage: Any = None, **sync: Any) -> BothLoop:
     monkeypatch.setattr(both_loop, "training_tasks", lambda session, batch, step: batch)
     monkeypatch.setattr(both_loop, "explore_metrics", lambda result, experiences: {})
     settings = {"interval": 1, "offset": 0, "style": "fixed", **sync}
@@ -114,9 +122,10 @@ def _loop(parts: Parts, monkeypatch: pytest.MonkeyPatch, **sync: Any) -> BothLoo
     trainer = SimpleNamespace(step=0, train_step=parts.train_step, save_checkpoint=parts.save_checkpoint)
     trainer_proxy = _Live(parts, trainer)
     policy = SyncPolicy(interval=settings["interval"], offset=settings["offset"])
-    return BothLoop(SimpleNamespace(plan=plan), tasks=parts, trainer=trainer_proxy, engines=[], pipeline=parts,
-                    strategy=parts, sync=SimpleNamespace(policy=policy, sync=parts.sync), scheduler=parts,
-                    monitor=SimpleNamespace(log=lambda *a, **k: None))
+    return BothLoop(SimpleNamespace(plan=plan), tasks=parts, trainer=trainer_proxy, engines=[],
+                    pipeline=pipeline or parts, strategy=strategy or parts,
+                    sync=SimpleNamespace(policy=policy, sync=parts.sync), scheduler=parts,
+                    monitor=SimpleNamespace(log=lambda *a, **k: None), storage=storage)
 
 
 class _Live:
@@ -219,3 +228,194 @@ def test_stale_drops_make_the_explorer_roll_out_more_and_never_stall_the_end(mon
     trained = [e for e in parts.events if e[0] == "train"]
     assert trained and all(version == step - 1 for _, step, version in trained), trained
     assert len(trained) + parts.stats["stale_dropped_groups"] == 8
+
+
+# -- checkpoints: a real SQLite buffer, sample strategy and pipeline behind the stand-in explorer and trainer --
+
+
+class BufferedParts(Parts):
+    """Stand-ins whose explorer batches hold ``groups`` tasks of two real experiences each, stored in SQLite.
+
+    ``ahead`` maps a training step to the explorer batches that must be
+    stored before the step reads its batch, so a checkpoint taken there is
+    known to have batches explored ahead of it. Each step records the groups
+    it trained and the checkpoint extra it was given.
+    """
+
+    def __init__(self, batches: int, *, groups: int = 1, step: int = 0, ahead: dict[int, int] | None = None,
+                 stale_batches: tuple[int, ...] = (), **kwargs: Any) -> None:
+        super().__init__(batches, **kwargs)
+        self.groups = groups
+        self.stale_batches = stale_batches
+        self.step = self.engine_version = step
+        self.ahead = ahead or {}
+        self.explored_batches: list[int] = []
+        self.trained: dict[int, list[str]] = {}
+        self.extras: dict[int, dict[str, Any]] = {}
+
+    def next_batch_with_epochs(self) -> Any:
+        if self.position.step >= self.batches:
+            return None
+        self.position.step += 1
+        return [(0, (self.position.step - 1) * self.groups + i) for i in range(self.groups)]
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.position.step = int(state["step"])
+
+    def run(self, tasks: list[Any]) -> Any:
+        from tests.buffer.factories import make_group
+
+        batch = tasks[0][1] // self.groups + 1
+        self.explored_batches.append(batch)
+        self.events.append(("explore", batch, self.engine_version))
+        version = 0 if batch in self.stale_batches else self.engine_version  # as if rolled out long ago
+        experiences = [e for _, task in tasks for e in make_group(f"t{task}", 2, version=version)]
+        return SimpleNamespace(experiences=experiences, failures=[], metrics={})
+
+    def train_step(self, experiences: list[Any], checkpoint_extra: Any) -> dict[str, float]:
+        if self.step + 1 == self.interrupt_train_at:
+            raise KeyboardInterrupt
+        self.step += 1
+        self.trained[self.step] = list(dict.fromkeys(e.group_id for e in experiences))
+        self.extras[self.step] = json.loads(json.dumps(checkpoint_extra()))  # what a checkpoint file would hold
+        self.events.append(("train", self.step, min(e.model_version for e in experiences)))
+        return {}
+
+
+class WaitingStrategy(SampleStrategy):
+    """The FIFO strategy, reading a step's batch only once the explorer batches ``parts.ahead`` asks for are stored."""
+
+    def __init__(self, parts: BufferedParts, storage: SQLiteStorage, groups: int) -> None:
+        super().__init__(storage, batch_size=groups, group_size=2)
+        self.parts = parts
+
+    def sample(self, trainer_version: int, timeout: float | None = None, groups: int | None = None) -> list[Any]:
+        rows = self.parts.ahead.get(trainer_version + 1, 0) * self.parts.groups * 2
+        deadline = time.monotonic() + 10
+        while self.storage.end_position()["last_id"] < rows and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return super().sample(trainer_version, timeout, groups)
+
+
+def _buffered_loop(parts: BufferedParts, path: Path, monkeypatch: pytest.MonkeyPatch, *, per_step: int,
+                   **sync: Any) -> BothLoop:
+    storage = SQLiteStorage(path)
+    strategy = WaitingStrategy(parts, storage, per_step)
+    return _loop(parts, monkeypatch, strategy=strategy, pipeline=ExperiencePipeline(storage=storage),
+                 storage=storage, **sync)
+
+
+def test_a_checkpoint_at_offset_one_keeps_the_batch_explored_ahead(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    parts = BufferedParts(4, ahead={2: 3})
+    _buffered_loop(parts, tmp_path / "buf.sqlite", monkeypatch, per_step=1, offset=1).run(resumed=False)
+    extra = parts.extras[2]
+    # step 2 read batch 2 (rows 3-4); batch 3 (rows 5-6) was stored ahead of it and is not trained yet
+    assert extra["tasks"] == {"step": 3}
+    assert extra["written"] == {"experience": {"last_id": 6}}
+    assert extra["strategy"]["storage"] == {"read_offset": 4} and extra["strategy"]["held"] == []
+    loop = extra["loop"]
+    counters = ("explored_places", "taken_places", "explored_groups", "taken_groups")
+    assert [loop[key] for key in counters] == [3, 2, 3, 2]
+    assert loop["untaken"] == [[1, 0]]
+    assert [places for places, _ in loop["explored"]] == [2, 3]  # batch 1 was released by step 1's sync
+    assert loop["consumed"] == [1, {"step": 1}]
+
+
+def _resume(parts: BufferedParts, extra: dict[str, Any], path: Path, monkeypatch: pytest.MonkeyPatch,
+            **settings: Any) -> BufferedParts:
+    """Run a fresh loop (fresh strategy on the same file) from ``extra`` to the end; return its stand-ins."""
+    resumed = BufferedParts(parts.batches, groups=parts.groups, step=settings.pop("step"))
+    loop = _buffered_loop(resumed, path, monkeypatch, **settings)
+    loop.restore(extra)
+    loop.run(resumed=True)
+    return resumed
+
+
+# whole batches: step 2's checkpoint has batch 3 stored ahead; half batches (two groups per explorer batch,
+# one per step): step 3's checkpoint falls in the middle of batch 2
+@pytest.mark.parametrize(("groups", "saved", "ahead"), [(1, 2, {2: 3}), (2, 3, {})],
+                         ids=["whole-batches", "half-batches"])
+def test_resuming_after_a_kill_trains_every_group_once_and_explores_every_batch_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, groups: int, saved: int, ahead: dict[int, int],
+) -> None:
+    path = tmp_path / "buf.sqlite"
+    per_step = 1
+    total = 5 * groups // per_step
+    first = BufferedParts(5, groups=groups, ahead=ahead, interrupt_train_at=saved + 2)
+    with pytest.raises(KeyboardInterrupt):  # the kill: steps after the checkpoint are lost with it
+        _buffered_loop(first, path, monkeypatch, per_step=per_step, offset=1).run(resumed=False)
+    extra = first.extras[saved]
+    assert SQLiteStorage(path).end_position()["last_id"] > extra["written"]["experience"]["last_id"], \
+        "the first run stored nothing after the checkpoint: the test would not see rows dropped"
+
+    second = _resume(first, extra, path, monkeypatch, step=saved, per_step=per_step, offset=1)
+    assert sorted(second.trained) == list(range(saved + 1, total + 1))
+    trained = [g for step in range(1, saved + 1) for g in first.trained[step]]
+    trained += [g for step in sorted(second.trained) for g in second.trained[step]]
+    assert trained == [f"t{i}" for i in range(5 * groups)], "a group trained twice, skipped or out of order"
+    explored_before = extra["tasks"]["step"]
+    assert second.explored_batches == list(range(explored_before + 1, 6)), "a stored batch was explored again"
+    assert SQLiteStorage(path).total() == 5 * groups * 2, "rows stored after the checkpoint were not dropped"
+
+
+def test_with_a_queue_buffer_the_checkpoint_resumes_after_the_last_batch_wholly_trained(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    parts = BufferedParts(3, groups=2)
+    strategy = SampleStrategy(_ListStorage(), batch_size=1, group_size=2)
+    pipeline = ExperiencePipeline(storage=strategy.storage)
+    _loop(parts, monkeypatch, strategy=strategy, pipeline=pipeline, offset=1).run(resumed=False)
+    # step 3 read the first half of batch 2: a queue loses the other half, so batch 2 is explored again
+    assert parts.extras[3] == {"tasks": {"step": 1}, "written": {}, "retrained_places": 1}
+    assert parts.extras[4] == {"tasks": {"step": 2}, "written": {}, "retrained_places": 0}
+    again = BufferedParts(3, groups=2)
+    loop = _loop(again, monkeypatch, strategy=SampleStrategy(_ListStorage(), batch_size=1, group_size=2))
+    with caplog.at_level(logging.WARNING, logger="trinity.launcher"):
+        loop.restore(parts.extras[3])
+    assert again.position.step == 1
+    assert "1 group(s) consumed before it are explored and trained again" in caplog.text
+
+
+def test_a_run_whose_last_groups_are_dropped_as_stale_finishes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    parts = BufferedParts(5, stale_batches=(5,))
+    storage = SQLiteStorage(tmp_path / "buf.sqlite")
+    strategy = StalenessStrategy(storage, batch_size=1, group_size=2, max_staleness=1)
+    loop = _loop(parts, monkeypatch, strategy=strategy, pipeline=ExperiencePipeline(storage=storage),
+                 storage=storage)
+    runner = threading.Thread(target=loop.run, args=(False,), daemon=True)
+    runner.start()
+    runner.join(10)
+    assert not runner.is_alive(), "the trainer waits for groups that will never come"
+    assert sorted(parts.trained) == [1, 2, 3, 4] and strategy.stats["stale_dropped_groups"] == 1
+    assert parts.events[-1] == ("save", 4, -1)
+
+
+class _ListStorage(ExperienceStorage):
+    """An in-memory storage that does not outlive the run, as the Ray queue (which needs a cluster)."""
+
+    storage_type = "list"
+
+    def __init__(self) -> None:
+        super().__init__("experience")
+        self.rows: list[Any] = []
+
+    @classmethod
+    def from_config(cls, config: Any, *, name: str, run_dir: Any) -> _ListStorage:
+        return cls()
+
+    def put(self, experiences: Any, timeout: float | None = None) -> None:
+        self.rows.extend(experiences)
+
+    def get(self, n: int, timeout: float | None = None, *, at_least: int | None = None) -> list[Any]:
+        deadline = time.monotonic() + 5
+        while len(self.rows) < (at_least or n) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        taken, self.rows = self.rows[:n], self.rows[n:]
+        return taken
+
+    def close(self) -> None:
+        return None
+
+    def size(self) -> int:
+        return len(self.rows)

@@ -11,8 +11,10 @@ none is skipped and logged). Groups the algorithm filters out
 trainer steps. The explorer and the trainer run at the
 same time (:mod:`trinity.launcher.both_loop`); with ``sync_offset`` > 0 the
 explorer runs that many training batches ahead (its experiences are then that
-much off-policy). A run is resumable: each checkpoint stores the task position of
-the last batch it trained on, and the same command continues after it.
+much off-policy). A run is resumable: each checkpoint stores the loop's state
+(:meth:`BothLoop.checkpoint_state`: with a persistent buffer the batches
+explored ahead stay and are trained after the resume), and the same command
+continues after it, training every step once.
 """
 
 from __future__ import annotations
@@ -87,9 +89,6 @@ def run_both(session: Session) -> None:
         stack.callback(pipeline.finish)
         strategy = strategy_for(session, storage)
         resumed = trainer.resume() if plan.config.continue_from_checkpoint else None
-        if resumed is not None:
-            tasks.load_state_dict((resumed["extra"] or {})["tasks"])
-            logger.info("resumed from %s at step %d", resumed["path"], resumed["step"])
         sync = Synchronizer(layout.sync_method, trainer, engines.rollout, plan.sync,
                             checkpoint_path=default_sync_path(plan))
         stack.callback(sync.close)
@@ -97,9 +96,14 @@ def run_both(session: Session) -> None:
         monitor = monitor_for(session, total_train_steps(session, tasks.total_batches))
         stack.callback(_close_monitor, monitor)
         stack.callback(write_ray_timeline, session)
-        BothLoop(session, tasks=tasks, trainer=trainer, engines=engines.rollout, pipeline=pipeline,
-                 strategy=strategy, sync=sync, scheduler=scheduler, monitor=monitor,
-                 verify=verify_sync).run(resumed is not None)
+        loop = BothLoop(session, tasks=tasks, trainer=trainer, engines=engines.rollout, pipeline=pipeline,
+                        strategy=strategy, sync=sync, scheduler=scheduler, monitor=monitor, verify=verify_sync,
+                        storage=storage)
+        if resumed is not None:
+            loop.restore(resumed["extra"] or {})
+            logger.info("resumed from %s at step %d; exploring from batch %d", resumed["path"], resumed["step"],
+                        tasks.position.step + 1)
+        loop.run(resumed is not None)
 
 
 def _close_monitor(monitor: Any) -> None:

@@ -23,7 +23,23 @@ A sync never happens while a batch is rolled out (one lock covers a rollout
 batch, a sync and an evaluation), so every experience of a batch carries the
 same model version. Groups the sample strategy drops (``staleness_control``)
 count as consumed, and a trainer waiting for data lets the explorer past the
-version gate, so neither kind of drop deadlocks the run.
+version gate, so neither kind of drop deadlocks the run; once the tasks run
+out the explorer closes the buffer, so a trainer whose last groups were
+dropped as stale stops instead of waiting for more.
+
+A checkpoint stores :meth:`BothLoop.checkpoint_state`, taken when the
+trainer saves it (after the step's batch was read, before the next). With a
+persistent buffer (SQLite) the batches already stored stay: the
+checkpoint keeps where the buffer's data ends, the sample strategy's state
+(read position, held experiences), the loop's place counters and the task
+position after the last stored batch; :meth:`BothLoop.restore` cuts what was
+stored after the checkpoint and continues from there, so every batch is
+explored once and every group trained once, whatever the offset and however
+the steps split the batches. A queue buffer dies with the run: the
+checkpoint keeps the task position after the last batch wholly trained, and
+the batches after it are explored again (a batch a step took only part of is
+explored again whole, and that part trained twice; :meth:`BothLoop.restore`
+warns).
 """
 
 from __future__ import annotations
@@ -34,6 +50,7 @@ import threading
 import time
 from typing import Any
 
+from trinity.buffer.errors import BufferExhaustedError, StorageError
 from trinity.launcher.evaluation import evaluate
 from trinity.launcher.session import Session
 from trinity.launcher.steps import explore_metrics, training_tasks
@@ -49,8 +66,10 @@ class BothLoop:
 
     def __init__(self, session: Session, *, tasks: Any, trainer: Any, engines: list[Any], pipeline: Any,
                  strategy: Any, sync: Any, scheduler: Any, monitor: Any,
-                 verify: Any = None) -> None:
+                 verify: Any = None, storage: Any = None) -> None:
+        """Drive the given parts; ``storage`` is the experience storage the pipeline writes to, if known."""
         self.session = session
+        self.storage = storage
         self.plan = session.plan
         self.tasks = tasks
         self.trainer = trainer
@@ -64,8 +83,13 @@ class BothLoop:
         self.style = getattr(self.plan.sync, "style", "fixed")
         #: Rollout groups one training step takes (the strategy's batch; ``mix`` adds its expert rows to it).
         self.groups_per_step = int(strategy.batch_size)
-        #: ``(places explored so far, task position after them)`` per explored batch, oldest first.
+        #: ``(places explored so far, task position after them)`` per batch not wholly consumed, oldest first.
         self.explored: collections.deque[tuple[int, dict[str, Any]]] = collections.deque()
+        #: Task position after the last stored batch, and after the last batch wholly consumed.
+        self.stored_position: dict[str, Any] = tasks.state_dict()
+        self.consumed_position: dict[str, Any] = self.stored_position
+        #: Places explored up to ``consumed_position``.
+        self.consumed_places = 0
         #: ``[stored groups, dropped groups]`` of each explored batch not yet wholly taken, oldest first.
         self.untaken: collections.deque[list[int]] = collections.deque()
         self.explored_places = 0
@@ -88,6 +112,8 @@ class BothLoop:
         self.cond = threading.Condition()
         #: Held while a batch is rolled out, the weights are synced or an evaluation runs.
         self.engine_lock = threading.Lock()
+        #: Held while a batch is stored and counted, so a checkpoint sees the buffer and the counters agree.
+        self._store_lock = threading.Lock()
         self._monitor_lock = threading.Lock()
 
     # -- the run ------------------------------------------------------------------------------------------
@@ -126,6 +152,8 @@ class BothLoop:
         try:
             while self._wait_until_explorer_may_go():
                 if not self._explore():
+                    if self.storage is not None:  # no more batches: the trainer reads what is left, then stops
+                        self.storage.close()
                     break
                 if self.style == "explorer_driven":
                     self._request_sync()
@@ -170,6 +198,7 @@ class BothLoop:
         batch = self.tasks.next_batch_with_epochs()
         if batch is None:
             return False
+        position = self.tasks.state_dict()
         with self.engine_lock:
             result = self.scheduler.run(training_tasks(self.session, batch, step))
         experiences = result.experiences
@@ -179,20 +208,22 @@ class BothLoop:
         if not experiences:
             logger.warning("step %d: no group completed (%d dropped); the step adds nothing to train on", step + 1,
                            dropped)
-        stored = self.pipeline.write_step(experiences, batch=step, dropped_groups=dropped)
+        with self._store_lock:
+            stored = self.pipeline.write_step(experiences, batch=step, dropped_groups=dropped)
+            groups = len({e.group_id for e in stored})
+            with self.cond:
+                self.untaken.append([groups, dropped])
+                self.explored_groups += groups
+                self.explored_places += groups + dropped
+                self.explored.append((self.explored_places, position))
+                self.stored_position = position
+                self.cond.notify_all()
         metrics = explore_metrics(result, experiences)
         metrics["explore/stored_experiences"] = float(len(stored))
         versions = [int(e.model_version) for e in experiences]
         if versions:
             metrics["explore/model_version"] = float(min(versions))
         self._log(metrics, step + 1, PHASE_EXPLORE)
-        groups = len({e.group_id for e in stored})
-        with self.cond:
-            self.untaken.append([groups, dropped])
-            self.explored_groups += groups
-            self.explored_places += groups + dropped
-            self.explored.append((self.explored_places, self.tasks.state_dict()))
-            self.cond.notify_all()
         return True
 
     def _request_sync(self) -> None:
@@ -214,10 +245,10 @@ class BothLoop:
             groups = self._wait_for_batch()
             if groups is None:
                 break  # the tasks ran out
-            if groups:
-                self._train(groups)
-            else:
+            if not groups:
                 self._skip()
+            elif not self._train(groups):
+                break  # the strategy dropped every group left as stale, and no more will come
 
     def _trainer_done(self) -> bool:
         limit = self.plan.trainer.total_steps
@@ -285,15 +316,13 @@ class BothLoop:
         self.taken_groups += groups
         return groups
 
-    def _release(self) -> dict[str, Any] | None:
-        """Let the backlog count from the places taken so far; return the task position they end at, if any."""
-        position = None
+    def _release(self) -> None:
+        """Let the backlog count from the places taken so far."""
         with self.cond:
             while self.explored and self.explored[0][0] <= self.taken_places + self._dropped():
-                position = self.explored.popleft()[1]
+                self.consumed_places, self.consumed_position = self.explored.popleft()
             self.released_places = self.taken_places
             self.cond.notify_all()
-        return position
 
     def _skip(self) -> None:
         """A step whose places the explorer dropped entirely: nothing to train on, so it is skipped."""
@@ -303,22 +332,22 @@ class BothLoop:
                        self.skipped_batches)
         self._release()
 
-    def _train(self, groups: int) -> None:
+    def _train(self, groups: int) -> bool:
+        """Train one step on ``groups`` groups; False when the closed buffer had none left to give."""
         from trinity.monitor.keys import PHASE_TRAIN
 
         plan = self.plan
         timeout = plan.buffer.experience.read_timeout if plan.buffer.experience else None
         version = self.trainer.step
-        experiences = self.strategy.sample(trainer_version=version, timeout=timeout, groups=groups)
-        with self.cond:
-            position = None
-            for places, state in self.explored:
-                if places > self.taken_places + self._dropped():
-                    break
-                position = state
-        if position is None:
-            position = self.tasks.state_dict()
-        metrics = self.trainer.train_step(experiences, checkpoint_extra={"tasks": position})
+        try:
+            experiences = self.strategy.sample(trainer_version=version, timeout=timeout, groups=groups)
+        except BufferExhaustedError:
+            logger.info("the explorer is done and the sample strategy dropped every group left; training stops")
+            return False
+        logger.info("train step %d: %d experiences of groups %s, model versions %s", version + 1, len(experiences),
+                    " ".join(dict.fromkeys(str(e.group_id) for e in experiences)),
+                    sorted({int(e.model_version) for e in experiences}))
+        metrics = self.trainer.train_step(experiences, checkpoint_extra=self.checkpoint_state)
         metrics.update(self._strategy_metrics())
         if self.skipped_batches:
             metrics["buffer/skipped_batches"] = float(self.skipped_batches)
@@ -332,6 +361,7 @@ class BothLoop:
         interval = plan.explorer.eval_interval
         if plan.buffer.eval_tasksets and interval and step % interval == 0:
             self._evaluate(step)
+        return True
 
     def _strategy_metrics(self) -> dict[str, float]:
         stats = getattr(self.strategy, "stats", None) or {}
@@ -377,6 +407,95 @@ class BothLoop:
                 self._sync_now(final)
             self._evaluate(final)
         if not plan.trainer.save_interval or final % plan.trainer.save_interval:
-            self.trainer.save_checkpoint({"tasks": self.tasks.state_dict()}, final=True)
+            self.trainer.save_checkpoint(self.checkpoint_state(), final=True)
         elif plan.trainer.save_hf == "last":
             self.trainer.export_hf()
+
+    # -- checkpoints ----------------------------------------------------------------------------------------
+
+    def _storages(self) -> dict[str, Any]:
+        """Return the storages whose write end a checkpoint keeps, by name: the experience buffer and the recorder."""
+        found = {"experience": self.storage, "recorded": getattr(self.pipeline, "recorder", None)}
+        return {name: storage for name, storage in found.items() if storage is not None}
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """Return what a checkpoint taken now stores for :meth:`restore` (JSON-serialisable).
+
+        Call it from the trainer thread between reading a step's batch and the
+        next read. ``tasks`` is the task position the explorer continues from
+        and ``written`` where each persistent storage's data ends. With a
+        persistent experience buffer also ``strategy`` (the sample strategy's
+        state) and ``loop`` (the place counters); with a queue,
+        ``retrained_places``: places before the checkpoint that a resumed run
+        explores and trains again.
+        """
+        with self._store_lock, self.cond:
+            written = {name: storage.end_position() for name, storage in self._storages().items()}
+            written = {name: position for name, position in written.items() if position}
+            if "experience" not in written:
+                position, retrained = self._consumed()
+                return {"tasks": dict(position), "written": written, "retrained_places": retrained}
+            loop = {
+                "explored_places": self.explored_places, "explored_groups": self.explored_groups,
+                "taken_places": self.taken_places, "taken_groups": self.taken_groups,
+                "skipped_batches": self.skipped_batches, "absorbed": self.absorbed,
+                "untaken": [list(batch) for batch in self.untaken],
+                "explored": [[places, dict(position)] for places, position in self.explored],
+                "consumed": [self.consumed_places, dict(self.consumed_position)],
+            }
+            return {"tasks": dict(self.stored_position), "written": written,
+                    "strategy": self.strategy.state_dict(), "loop": loop}
+
+    def _consumed(self) -> tuple[dict[str, Any], int]:
+        """Return the task position after the last batch wholly consumed, and the places consumed beyond it."""
+        consumed = self.taken_places + self._dropped()
+        places, position = self.consumed_places, self.consumed_position
+        for after, state in self.explored:
+            if after > consumed:
+                break
+            places, position = after, state
+        return position, max(0, consumed - places)
+
+    def restore(self, extra: dict[str, Any]) -> None:
+        """Continue from a checkpoint's :meth:`checkpoint_state` (call before :meth:`run`).
+
+        Drops what each storage stored after the checkpoint, restores the
+        sample strategy and the counters. Raises StorageError when the
+        checkpoint kept batches in a persistent buffer that this run does not
+        have (or that was replaced), and TaskPositionError when the task set changed.
+        """
+        self.tasks.load_state_dict(extra["tasks"])
+        self.stored_position = self.consumed_position = self.tasks.state_dict()
+        storages = self._storages()
+        for name, position in (extra.get("written") or {}).items():
+            storage = storages.get(name)
+            if storage is None or not storage.end_position():
+                if name != "experience":
+                    continue  # the recorder was switched off or moved: nothing of it to cut
+                raise StorageError(
+                    "the checkpoint kept batches explored ahead in a persistent experience buffer, but this run's "
+                    f"buffer is {storage.describe() if storage is not None else 'absent'}; resume with the same "
+                    "buffer settings, or set continue_from_checkpoint: false to start afresh"
+                )
+            cut = storage.truncate(position)
+            if cut:
+                logger.info("%s: dropped %d experience(s) stored after the checkpoint; their batches are explored "
+                            "again", storage.describe(), cut)
+        loop = extra.get("loop")
+        if loop is None:
+            retrained = int(extra.get("retrained_places", 0))
+            if retrained:
+                logger.warning("the checkpoint was taken in the middle of an explorer batch: %d group(s) consumed "
+                               "before it are explored and trained again, because a queue buffer does not outlive "
+                               "the run; use a persistent buffer (storage_type: sql) to resume exactly", retrained)
+            return
+        self.strategy.load_state_dict(extra["strategy"])
+        self.explored_places = int(loop["explored_places"])
+        self.explored_groups = int(loop["explored_groups"])
+        self.taken_places = self.released_places = int(loop["taken_places"])
+        self.taken_groups = int(loop["taken_groups"])
+        self.skipped_batches = int(loop["skipped_batches"])
+        self.absorbed = int(loop.get("absorbed", 0))
+        self.untaken = collections.deque([int(stored), int(dropped)] for stored, dropped in loop["untaken"])
+        self.explored = collections.deque((int(places), dict(position)) for places, position in loop["explored"])
+        self.consumed_places, self.consumed_position = int(loop["consumed"][0]), dict(loop["consumed"][1])

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -190,11 +190,13 @@ class FSDPTrainer:
     # -- training --------------------------------------------------------------------------
 
     def train_step(
-        self, experiences: Sequence[Experience], checkpoint_extra: dict[str, Any] | None = None
+        self, experiences: Sequence[Experience],
+        checkpoint_extra: dict[str, Any] | Callable[[], dict[str, Any]] | None = None,
     ) -> dict[str, float]:
         """Train on ``experiences`` (one step) and return its metrics; saves a checkpoint when one is due.
 
-        ``checkpoint_extra`` is stored in that checkpoint (task-set and buffer positions).
+        ``checkpoint_extra`` is stored in that checkpoint (task-set and buffer
+        positions); a function is called only when the checkpoint is saved.
         """
         started = time.monotonic()
         plan = self.plan
@@ -273,7 +275,7 @@ class FSDPTrainer:
         metrics["step_time_s"] = time.monotonic() - started
         interval = self.run.trainer.save_interval
         if interval > 0 and self.step % interval == 0:
-            self.save_checkpoint(checkpoint_extra)
+            self.save_checkpoint(checkpoint_extra() if callable(checkpoint_extra) else checkpoint_extra)
         return metrics
 
     def _advantages(self, rows: Rows, batch_size: int) -> dict[str, float]:

@@ -13,7 +13,9 @@ rules:
   After ``close()`` it returns what is left (possibly fewer than ``n``), then
   raises :class:`~trinity.buffer.errors.BufferExhaustedError`.
 * ``state_dict()`` / ``load_state_dict()`` carry the read position through a
-  checkpoint where the storage is persistent (SQLite, JSONL).
+  checkpoint where the storage is persistent (SQLite, JSONL);
+  ``end_position()`` / ``truncate()`` do the same for the write end, so a
+  run resumed from a checkpoint can drop what was written after it.
 * A storage object can be pickled into another Ray actor (or process) and
   used there.
 """
@@ -80,6 +82,18 @@ class ExperienceStorage(ABC):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a read position saved by :meth:`state_dict` (nothing to do by default)."""
         return None
+
+    def end_position(self) -> dict[str, Any]:
+        """Return where the stored data ends, to save in a checkpoint (empty when the storage is not persistent)."""
+        return {}
+
+    def truncate(self, position: dict[str, Any]) -> int:
+        """Drop every experience stored after ``position`` (from :meth:`end_position`); return how many.
+
+        Nothing to do by default. A persistent storage raises StorageError when
+        ``position`` lies beyond what it holds.
+        """
+        return 0
 
     def release(self) -> None:
         """Free what this object holds (actor, connections); the stored data of a persistent storage stays."""

@@ -12,7 +12,8 @@ and new lines never glue onto the fragment. A complete line that is not a
 valid experience is skipped with a warning naming ``file:line``.
 
 Each storage object reads the whole file from its own position (in memory;
-``state_dict`` saves it in a checkpoint).
+``state_dict`` saves it in a checkpoint). ``end_position`` is the file's
+size; ``truncate`` cuts the lines appended after it.
 """
 
 from __future__ import annotations
@@ -217,6 +218,46 @@ class JsonlStorage(ExperienceStorage):
                 if handle.read(1) != b"\n":
                     raise StorageError(f"{self.describe()}: saved read_offset {offset} is not at a line start")
         self._offset, self._line = offset, line
+
+    def end_position(self) -> dict[str, Any]:
+        """Return ``{"size": bytes in the file}`` (0 before the first write)."""
+        return {"size": self.path.stat().st_size if self.path.exists() else 0}
+
+    def truncate(self, position: dict[str, Any]) -> int:
+        """Cut the file back to ``position["size"]`` bytes under the writers' lock; return the lines cut.
+
+        Raises StorageError when the position is malformed, beyond the file or not at a line start.
+        """
+        try:
+            keep = int(position["size"])
+        except (KeyError, TypeError, ValueError):
+            raise StorageError(f"{self.describe()}: saved end position {position!r} has no integer size") from None
+        if not self.path.exists():
+            if keep:
+                raise StorageError(f"{self.describe()}: saved size {keep} but the file is gone; was it deleted?")
+            return 0
+        try:
+            with self.path.open("r+b") as handle:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+                try:
+                    size = handle.seek(0, os.SEEK_END)
+                    if not 0 <= keep <= size:
+                        raise StorageError(f"{self.describe()}: saved size {keep} is beyond the file's {size} bytes; "
+                                           "was the file replaced?")
+                    if keep:
+                        handle.seek(keep - 1)
+                        if handle.read(1) != b"\n":
+                            raise StorageError(f"{self.describe()}: saved size {keep} is not at a line start")
+                    handle.seek(keep)
+                    cut = handle.read().count(b"\n")
+                    handle.truncate(keep)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                finally:
+                    fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+        except OSError as exc:
+            raise StorageError(f"{self.describe()}: truncate failed ({exc.strerror or exc})") from None
+        return int(cut)
 
 
 def read_all(path: str | Path) -> list[Experience]:

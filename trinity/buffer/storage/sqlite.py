@@ -13,7 +13,10 @@ consumed in the same transaction, so:
   row and continues after the last consumed one. Because rows are claimed in
   order, the consumed rows are always a prefix: the read position is the
   largest consumed id (``state_dict``), and ``load_state_dict`` rewinds or
-  advances to a checkpoint's position.
+  advances to a checkpoint's position;
+* ids are never reused, so the write end is the largest id
+  (``end_position``) and ``truncate`` deletes the rows written after it
+  (and reopens a closed storage).
 """
 
 from __future__ import annotations
@@ -273,6 +276,36 @@ class SQLiteStorage(ExperienceStorage):
                     "was the buffer file replaced?"
                 )
             connection.execute(update(ExperienceRow).values(consumed=ExperienceRow.id <= offset))
+
+    def end_position(self) -> dict[str, Any]:
+        """Return ``{"last_id": largest row id}`` (0 when nothing was stored)."""
+        with self.engine.begin() as connection:
+            return {"last_id": int(connection.execute(select(func.max(ExperienceRow.id))).scalar_one() or 0)}
+
+    def truncate(self, position: dict[str, Any]) -> int:
+        """Delete the rows stored after ``position["last_id"]`` and reopen the storage; return how many rows.
+
+        A close is undone with the rows: the writers that closed it are
+        being rolled back too. Raises StorageError when the position is
+        malformed or beyond the stored rows.
+        """
+        try:
+            keep = int(position["last_id"])
+        except (KeyError, TypeError, ValueError):
+            raise StorageError(f"{self.describe()}: saved end position {position!r} has no integer last_id") from None
+        try:
+            with self.engine.begin() as connection:
+                last = int(connection.execute(select(func.max(ExperienceRow.id))).scalar_one() or 0)
+                if not 0 <= keep <= last:
+                    raise StorageError(
+                        f"{self.describe()}: saved last_id {keep} is outside the stored rows 0..{last}; "
+                        "was the buffer file replaced?"
+                    )
+                deleted = connection.execute(delete(ExperienceRow).where(ExperienceRow.id > keep)).rowcount
+                connection.execute(delete(StateRow).where(StateRow.key == CLOSED_KEY))
+        except SQLAlchemyError as exc:
+            raise self._error("truncate", exc) from None
+        return int(deleted or 0)
 
     def release(self) -> None:
         """Close the connections (the file and its rows stay)."""
