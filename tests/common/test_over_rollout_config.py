@@ -1,4 +1,4 @@
-"""Over-rollout needs a dynamic sync style: with ``sync_style: fixed`` the config is refused at load, as upstream does."""
+"""Over-rollout needs a dynamic sync style: with ``sync_style: fixed`` the config is refused at load, as upstream."""
 
 from __future__ import annotations
 
