@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +49,8 @@ def acme_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
             patch.delenv(name, raising=False)
         with simulated_cluster(1, [NODE, NODE]):
             patch.delenv("ACME_DEVICE_DIR")  # the driver's node has no Acme device: the cluster decides
-            claimed = [device.assignment.claims_folder(n["NodeID"], "ACME").parent for n in ray.nodes()]
+            claimed = [device.assignment.claims_folder(n["NodeID"], "ACME").parent
+                       for n in ray.nodes()]  # type: ignore[no-untyped-call]
             yield scratch
     for folder in claimed:
         shutil.rmtree(folder, ignore_errors=True)
@@ -81,7 +82,7 @@ def mode_plan(scratch: Path, model: Path, mode: str, **overrides: object) -> Any
     return resolve_run(parse_config(raw))
 
 
-def groups_of(plan: Any, before: set[str] = frozenset()) -> dict[str, dict[str, Any]]:  # type: ignore[assignment]
+def groups_of(plan: Any, before: Collection[str] = ()) -> dict[str, dict[str, Any]]:
     """The placement groups (live or removed) of this run not in ``before``, by their name after the run's prefix."""
     prefix = f"{plan.ray_namespace}/{plan.run_dir.name}/"
     return {g["name"][len(prefix):]: g for key, g in placement_group_table().items()
@@ -101,7 +102,7 @@ def runs(acme_cluster: Path, tiny_model: Path) -> dict[str, tuple[Any, list[dict
     created, as they are once it is over.
     """
     out = {}
-    jobs = {
+    jobs: dict[str, dict[str, Any]] = {
         "explore": {"cluster.node_num": 2, "explorer.rollout_model.engine_num": 2},
         "train": {},
         "bench": {"buffer.explorer_input.eval_tasksets": [{
