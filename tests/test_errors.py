@@ -10,6 +10,7 @@ from trinity.buffer import errors as buffer_errors
 from trinity.cli import main as cli_main
 from trinity.cli.errors import CLIError, UsageError
 from trinity.common.config.errors import ConfigError
+from trinity.common.models.placement import PlacementError
 from trinity.common.models.pretrained import ModelPathError, check_model_folder
 from trinity.common.ray_connect import RayConnectionError
 from trinity.common.registry import DuplicateNameError, UnknownNameError
@@ -28,7 +29,7 @@ RUN_FAILED = [
     buffer_errors.StorageError, buffer_errors.StorageTimeoutError, buffer_errors.BufferExhaustedError,
     SyncError, SyncTimeoutError, CheckpointError, CheckpointWriteError,
     device_errors.BackendUnavailableError, device_errors.BackendLoadError, device_errors.CollectiveGroupError,
-    device_errors.UnsupportedDtypeError,
+    device_errors.UnsupportedDtypeError, PlacementError,
 ]
 
 
@@ -44,6 +45,7 @@ def test_a_failed_run_exits_1(cls: type[TrinityError]) -> None:
 
 def test_the_old_bases_still_hold() -> None:
     assert issubclass(ConfigError, ValueError) and issubclass(SyncTimeoutError, TimeoutError)
+    assert issubclass(PlacementError, TimeoutError)
     assert issubclass(UnknownNameError, KeyError) and issubclass(buffer_errors.TaskFileError, ValueError)
     assert CLIError("x", 3).exit_code == 3
 

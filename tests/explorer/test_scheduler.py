@@ -191,7 +191,8 @@ def test_over_rollout_returns_the_first_complete_groups_after_the_minimum_wait()
 
 
 def test_over_rollout_settings_come_from_the_config() -> None:
-    plan = make_plan({"explorer.over_rollout.ratio": 0.25, "explorer.over_rollout.wait_after_min": 2.0})
+    plan = make_plan({"explorer.over_rollout.ratio": 0.25, "explorer.over_rollout.wait_after_min": 2.0,
+                      "synchronizer.sync_style": "trainer_driven"})
     scheduler = Scheduler.from_plan([VersionEngine(0)], plan)
     assert scheduler.over_rollout_ratio == 0.25 and scheduler.wait_after_min == 2.0
     assert scheduler.min_groups(probe_tasks(8, "cfg")) == 6

@@ -62,6 +62,8 @@ class DeviceAssignment:
     node_id: str | None
     #: IP address of that node; None outside a Ray actor.
     node_ip: str | None
+    #: Hex id of the Ray placement group this process runs in; None outside one.
+    placement_group_id: str | None = None
 
     def as_record(self) -> dict[str, Any]:
         """Return the assignment as a JSON-ready dict (``devices`` as a list)."""
@@ -153,12 +155,14 @@ def _actor_context() -> Any:
     return context if context.get_actor_id() is not None else None
 
 
-def _node(context: Any) -> tuple[str | None, str | None]:
+def _node(context: Any) -> tuple[str | None, str | None, str | None]:
+    """Return ``(node id, node address, placement group id)`` of this actor (Nones outside Ray)."""
     if context is None:
-        return None, None
+        return None, None, None
     import ray
 
-    return context.get_node_id(), ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+    return (context.get_node_id(), ray.util.get_node_ip_address(),  # type: ignore[no-untyped-call]
+            context.get_placement_group_id())
 
 
 def _node_device_count(node_id: str, key: str) -> int:

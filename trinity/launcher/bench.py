@@ -8,6 +8,7 @@ from pathlib import Path
 
 from trinity.launcher.device_record import write_device_record
 from trinity.launcher.evaluation import evaluate
+from trinity.launcher.placement import place
 from trinity.launcher.session import Session
 from trinity.launcher.steps import call_all, monitor_for, scheduler_for, start_engines
 
@@ -37,7 +38,9 @@ def run_bench(session: Session) -> None:
     if not steps:
         logger.warning("bench: no checkpoint in %s; evaluating the starting model only", checkpoints.root)
     with contextlib.ExitStack() as stack:
-        engines = start_engines(session)
+        placement = place(plan, session.layout)
+        stack.callback(placement.remove)
+        engines = start_engines(session, placement)
         stack.callback(engines.shutdown)
         scheduler = scheduler_for(session, engines)
         monitor = monitor_for(session, None)

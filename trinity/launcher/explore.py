@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from trinity.launcher.device_record import write_device_record
+from trinity.launcher.placement import place
 from trinity.launcher.session import Session
 from trinity.launcher.steps import (
     EngineSet,
@@ -93,11 +94,13 @@ def run_explore(session: Session) -> None:
 
 
 def _explore(session: Session, tasks: Any, storage: Any, state_file: Path) -> None:
-    """Start the engines, pipeline and monitor, explore every batch, and tear them down in reverse order."""
+    """Place and start the engines, pipeline and monitor, explore every batch, and tear them down in reverse order."""
     with contextlib.ExitStack() as stack:
         stack.callback(write_ray_timeline, session)
         pad_token_id = pad_token_id_of(session)  # a model folder that cannot load fails before the engines start
-        engines = start_engines(session)
+        placement = place(session.plan, session.layout)
+        stack.callback(placement.remove)
+        engines = start_engines(session, placement)
         stack.callback(engines.shutdown)
         pipeline = pipeline_for(session, storage, pad_token_id, recorder_for(session))
         stack.callback(pipeline.close)

@@ -48,12 +48,17 @@ def _in_group(group: Any) -> dict[str, Any]:
 
 
 def place(plan: RunPlan, layout: Layout) -> Placement:
-    """Reserve the trainer's bundles (one device + CPUs per rank, STRICT_PACK when they fit a node) and the engines'.
+    """Reserve the groups of the actors the run's mode starts, and return them (every mode calls this first).
 
-    Each engine gets a group of ``tensor_parallel_size`` bundles of one device
-    each, packed on one node (vLLM's Ray executor starts one worker per
-    bundle). Bundles ask the backend's Ray resource key, or CPUs only on the
-    CPU backend.
+    The trainer's ranks (modes both and train) get one group: one device +
+    CPUs per rank, STRICT_PACK when they fit a node. Each rollout engine and
+    each auxiliary model's engine (modes both, explore and bench) gets a group
+    of ``tensor_parallel_size`` bundles of one device each, packed on one node
+    (vLLM's Ray executor starts one worker per bundle). Bundles ask the
+    backend's Ray resource key, or CPUs only on the CPU backend. A group that
+    cannot be placed raises :class:`~trinity.common.models.placement.PlacementError`
+    after the groups reserved before it are removed; the caller removes the
+    rest with :meth:`Placement.remove` when its run ends, however it ends.
     """
     placement = Placement()
     per_node = layout.devices_per_node

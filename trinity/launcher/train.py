@@ -8,6 +8,7 @@ from typing import Any
 
 from trinity.launcher.device_record import write_device_record
 from trinity.launcher.explore import warn_if_not_persistent
+from trinity.launcher.placement import place
 from trinity.launcher.session import Session
 from trinity.launcher.steps import monitor_for, strategy_for, write_ray_timeline
 
@@ -68,8 +69,11 @@ def run_train(session: Session) -> None:
     with contextlib.ExitStack() as stack:
         source, storage = _experience_source(session, stack)
         steps = train_steps(session, source)
+        placement = place(plan, layout)
+        stack.callback(placement.remove)
         trainer = FSDPTrainer(plan, world_size=layout.trainers, use_torch_compile=layout.use_torch_compile,
-                              total_steps=steps, checkpoint_dir=session.run_dir / "checkpoints")
+                              total_steps=steps, checkpoint_dir=session.run_dir / "checkpoints",
+                              placement_group=placement.trainer_group)
         stack.callback(trainer.shutdown)
         write_device_record(session, trainer)
         resumed = trainer.resume() if plan.config.continue_from_checkpoint else None

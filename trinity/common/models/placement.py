@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
+
+from trinity.errors import EXIT_USAGE, TrinityError
+
+#: Seconds between two looks at a pending group's scheduling state.
+_POLL_S = 0.5
+
+
+class PlacementError(TrinityError, TimeoutError):
+    """A placement group cannot be reserved: no node could ever hold it, or the cluster stayed too busy."""
 
 
 def bundles(
@@ -28,7 +38,13 @@ def create_placement_group(
     count: int, resource_key: str | None, cpus_per_bundle: float, devices_per_node: int, *, name: str = "",
     devices: int = 1, timeout_s: float = 120.0,
 ) -> Any:
-    """Create and wait for a placement group; raises TimeoutError naming what could not be placed."""
+    """Create a placement group and wait until Ray has placed it; return it.
+
+    Raises :class:`PlacementError` at once when no node of the cluster could
+    ever hold the group (Ray reports it infeasible), or after ``timeout_s``
+    seconds when the cluster has room but other jobs hold it. The group is
+    removed whenever the call does not return it (an error, Ctrl-C).
+    """
     import ray
     from ray.util.placement_group import placement_group
 
@@ -41,15 +57,48 @@ def create_placement_group(
             f"placement group {name!r} already exists on this Ray cluster: another run with the same "
             f"project/name ({project_and_name}) is running there; give this run another `name`"
         )
-    group = placement_group(wanted, strategy=strategy(count, devices_per_node, resource_key), name=name)
-    ready, _ = ray.wait([group.ready()], timeout=timeout_s)
-    if not ready:
+    packing = strategy(count, devices_per_node, resource_key)
+    group = placement_group(wanted, strategy=packing, name=name)
+    try:
+        _wait_placed(group, f"{name or '?'} of {count} x {wanted[0]} ({packing})", timeout_s)
+    except BaseException:  # an error or Ctrl-C while waiting: the group must not outlive the call
         ray.util.remove_placement_group(group)
-        raise TimeoutError(
-            f"placement group {name or '?'} of {count} x {wanted[0]} could not be placed within {timeout_s:g} s; "
-            f"the cluster offers {ray.available_resources()}"  # type: ignore[no-untyped-call]
-        )
+        raise
     return group
+
+
+def _wait_placed(group: Any, what: str, timeout_s: float) -> None:
+    """Wait until ``group`` is placed; raise PlacementError when it is infeasible (at once) or after ``timeout_s``."""
+    import ray
+    from ray.util.placement_group import placement_group_table
+
+    deadline = time.monotonic() + timeout_s
+    reserved = group.ready()
+    while True:
+        left = deadline - time.monotonic()
+        ready, _ = ray.wait([reserved], timeout=max(0.0, min(_POLL_S, left)))
+        if ready:
+            return
+        if placement_group_table(group).get("stats", {}).get("scheduling_state") == "INFEASIBLE":
+            raise PlacementError(
+                f"placement group {what} cannot be placed: no node of the Ray cluster could ever hold it (its "
+                f"nodes have {_node_totals(group.bundle_specs[0])}); lower cluster.cpus_per_bundle or the devices "
+                "per engine, or add larger nodes",
+                exit_code=EXIT_USAGE,
+            )
+        if left <= 0:
+            raise PlacementError(
+                f"placement group {what} could not be placed within {timeout_s:g} s; the cluster has "
+                f"{ray.available_resources()} free: other jobs hold the rest (see `ray status`)"  # type: ignore[no-untyped-call]
+            )
+
+
+def _node_totals(bundle: dict[str, float]) -> list[dict[str, float]]:
+    """Return, for each alive node, its total of each resource ``bundle`` asks for."""
+    import ray
+
+    return [{key: float(node.get("Resources", {}).get(key, 0)) for key in bundle}
+            for node in ray.nodes() if node.get("Alive")]  # type: ignore[no-untyped-call]
 
 
 def _named_group_exists(name: str) -> bool:

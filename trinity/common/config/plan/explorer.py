@@ -142,6 +142,11 @@ def resolve_explorer(config: Config, model: ModelPlan) -> ExplorerPlan:
         raise ConfigError(
             f"explorer.over_rollout.wait_after_min: {over.wait_after_min!r} is negative; set seconds >= 0"
         )
+    if over.ratio > 0 and config.synchronizer.sync_style.strip().lower() == "fixed":
+        raise ConfigError(
+            f"explorer.over_rollout.ratio: {over.ratio!r} needs a dynamic sync, but synchronizer.sync_style is fixed; "
+            "set synchronizer.sync_style to explorer_driven or trainer_driven, or set the ratio to 0"
+        )
     return ExplorerPlan(
         rollout=rollout,
         auxiliary=tuple(auxiliary),

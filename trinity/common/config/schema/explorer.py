@@ -84,7 +84,8 @@ class InferenceModelConfig:
 class OverRolloutConfig:
     """Train a step on the groups that finish first instead of waiting for the slowest (upstream)."""
 
-    #: Fraction of a batch's groups the explorer does not wait for, in [0, 1).
+    #: Fraction of a batch's groups the explorer does not wait for, in [0, 1); above 0 it needs a
+    #: ``synchronizer.sync_style`` other than ``fixed``.
     ratio: float = 0.0
     #: Seconds to wait for more groups once the minimum is complete.
     wait_after_min: float = 30.0
