@@ -84,6 +84,8 @@ class ExplorerPlan:
     over_rollout_ratio: float = 0.0
     #: Seconds the scheduler still waits for groups once the minimum is complete.
     wait_after_min: float = 30.0
+    #: Times in a row a dead rollout engine is replaced before the run ends (0: never).
+    max_engine_restarts: int = 3
 
 
 def _engine(spec: InferenceModelConfig, model: ModelPlan, *, name: str, model_path: str, where: str) -> EnginePlan:
@@ -142,6 +144,11 @@ def resolve_explorer(config: Config, model: ModelPlan) -> ExplorerPlan:
         raise ConfigError(
             f"explorer.over_rollout.wait_after_min: {over.wait_after_min!r} is negative; set seconds >= 0"
         )
+    if explorer.max_engine_restarts < 0:
+        raise ConfigError(
+            f"explorer.max_engine_restarts: {explorer.max_engine_restarts!r} is negative; set 0 (a dead engine ends "
+            "the run) or more"
+        )
     return ExplorerPlan(
         rollout=rollout,
         auxiliary=tuple(auxiliary),
@@ -155,4 +162,5 @@ def resolve_explorer(config: Config, model: ModelPlan) -> ExplorerPlan:
         bench_on_latest_checkpoint=explorer.bench_on_latest_checkpoint,
         over_rollout_ratio=float(over.ratio),
         wait_after_min=float(over.wait_after_min),
+        max_engine_restarts=explorer.max_engine_restarts,
     )
