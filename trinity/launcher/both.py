@@ -8,7 +8,9 @@ Groups the algorithm drops (``std_threshold``) or whose rollouts failed do not
 count: the explorer rolls out more before the trainer steps. The explorer and the trainer run at the
 same time (:mod:`trinity.launcher.both_loop`); with ``sync_offset`` > 0 the
 explorer runs that many training batches ahead (its experiences are then that
-much off-policy). A run is resumable: each checkpoint stores the task position of
+much off-policy). A rollout engine whose process dies is replaced by a fresh one,
+which the trainer's weights reach before it rolls out
+(:mod:`trinity.explorer.recovery`). A run is resumable: each checkpoint stores the task position of
 the last batch it trained on, and the same command continues after it.
 """
 
@@ -26,6 +28,7 @@ from trinity.launcher.steps import (
     monitor_for,
     pipeline_for,
     recorder_for,
+    recovery_for,
     scheduler_for,
     start_engines,
     strategy_for,
@@ -91,12 +94,14 @@ def run_both(session: Session) -> None:
                             checkpoint_path=default_sync_path(plan))
         stack.callback(sync.close)
         scheduler = scheduler_for(session, engines)
+        recovery = recovery_for(session, engines, [scheduler, sync])
+        stack.callback(recovery.close)
         monitor = monitor_for(session, total_train_steps(session, tasks.total_batches))
         stack.callback(_close_monitor, monitor)
         stack.callback(write_ray_timeline, session)
         BothLoop(session, tasks=tasks, trainer=trainer, engines=engines.rollout, pipeline=pipeline,
                  strategy=strategy, sync=sync, scheduler=scheduler, monitor=monitor,
-                 verify=verify_sync).run(resumed is not None)
+                 verify=verify_sync, recovery=recovery).run(resumed is not None)
 
 
 def _close_monitor(monitor: Any) -> None:

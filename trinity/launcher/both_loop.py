@@ -49,7 +49,7 @@ class BothLoop:
 
     def __init__(self, session: Session, *, tasks: Any, trainer: Any, engines: list[Any], pipeline: Any,
                  strategy: Any, sync: Any, scheduler: Any, monitor: Any,
-                 verify: Any = None) -> None:
+                 verify: Any = None, recovery: Any = None) -> None:
         self.session = session
         self.plan = session.plan
         self.tasks = tasks
@@ -61,6 +61,8 @@ class BothLoop:
         self.scheduler = scheduler
         self.monitor = monitor
         self.verify = verify
+        #: Replaces dead engines (:class:`~trinity.explorer.recovery.EngineRecovery`); None: they stay dead.
+        self.recovery = recovery
         self.style = getattr(self.plan.sync, "style", "fixed")
         #: Rollout groups one training step takes (the strategy's batch; ``mix`` adds its expert rows to it).
         self.groups_per_step = int(strategy.batch_size)
@@ -191,7 +193,18 @@ class BothLoop:
             self.explored_places += groups + dropped
             self.explored.append((self.explored_places, self.tasks.state_dict()))
             self.cond.notify_all()
+        self._replace_dead_engines()
         return True
+
+    def _replace_dead_engines(self) -> None:
+        """Start a fresh engine for each that died; wait until the trainer admits them with a sync of its weights."""
+        if self.recovery is None or not self.recovery.prepare(self.scheduler.dead_engines):
+            return
+        with self.cond:
+            self.sync_requested = True
+            self.cond.notify_all()
+            while self.recovery.pending and not self.stopping:
+                self.cond.wait(0.2)
 
     def _request_sync(self) -> None:
         """``explorer_driven``: every ``sync_interval`` explorer steps, wait for a sync of the trainer's weights."""
@@ -325,7 +338,9 @@ class BothLoop:
         asked = time.monotonic()
         with self.engine_lock:  # a rollout batch in flight finishes first
             waited = time.monotonic() - asked
-            report = self.sync.sync(version=version)
+            # fresh engines replacing dead ones join here, and an engine found dead by the sync is replaced
+            report = (self.recovery.sync(self.sync, version) if self.recovery is not None
+                      else self.sync.sync(version=version))
             metrics: dict[str, float] = dict(report.metrics())
             metrics[SYNC_SECONDS] = report.seconds
             metrics[SYNC_WAIT_SECONDS] = waited
