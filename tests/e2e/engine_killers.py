@@ -19,8 +19,8 @@ from trinity.common.models.client import EngineClient, RolloutModel
 from trinity.common.workflows import Task
 from trinity.common.workflows.toy import ToyRepeatWorkflow
 
-#: ``(explorer step, engine index, engine pid)`` of every task attempt.
-SERVED: list[tuple[int, int, int]] = []
+#: ``(explorer step, engine index, engine pid, engine weights version)`` of every task attempt.
+SERVED: list[tuple[int, int, int, int]] = []
 #: Pids of the engine processes killed.
 KILLED: list[int] = []
 _LOCK = threading.Lock()
@@ -39,8 +39,9 @@ class KillsItsEngine(ToyRepeatWorkflow):
     def run(self, engine: RolloutModel, task: Task) -> list[Experience]:
         assert isinstance(engine, EngineClient)
         pid = engine_pid(engine)
+        version = engine.model_version()
         with _LOCK:
-            SERVED.append((task.step, engine.index, pid))
+            SERVED.append((task.step, engine.index, pid, version))
             kill = task.step == KILL_AT_STEP and engine.index == 0 and not KILLED
             if kill:
                 KILLED.append(pid)

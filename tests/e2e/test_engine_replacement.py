@@ -50,8 +50,8 @@ def test_a_sigkilled_engine_is_replaced_with_the_trainers_weights_and_the_run_fi
 
     [killed] = engine_killers.KILLED
     kill_step = engine_killers.KILL_AT_STEP
-    before = {pid for step, index, pid in engine_killers.SERVED if index == 0 and step < kill_step}
-    after = {pid for step, index, pid in engine_killers.SERVED if index == 0 and step > kill_step}
+    before = {pid for step, index, pid, _ in engine_killers.SERVED if index == 0 and step < kill_step}
+    after = {pid for step, index, pid, _ in engine_killers.SERVED if index == 0 and step > kill_step}
     assert before == {killed}
     assert after and killed not in after, "a fresh engine process serves as engine 0 after the kill"
 
@@ -66,6 +66,32 @@ def test_a_sigkilled_engine_is_replaced_with_the_trainers_weights_and_the_run_fi
     assert explore[kill_step + 1]["explore/failed"] == 0, "the dead engine's tasks were retried on the live one"
     versions = [explore[s]["explore/model_version"] for s in sorted(explore)]
     assert versions == [0, 1, 2, 3], "every batch after the replacement ran on the trainer's latest weights"
+
+
+def test_mode_explore_replaces_a_sigkilled_engine_with_the_published_weights(tmp_path: Path,
+                                                                             tiny_model: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    from tests.e2e.test_run_modes import mode_config
+    from trinity.synchronizer import default_sync_path, save_weights
+
+    engine_killers.SERVED.clear()
+    engine_killers.KILLED.clear()
+    plan = mode_config(tmp_path, tiny_model, "explore", **{
+        "buffer.total_steps": 3, "explorer.rollout_model.engine_num": 2, "cluster.gpu_per_node": 2,
+        "buffer.explorer_input.default_workflow_type": "tests.e2e.engine_killers.KillsItsEngine",
+    })
+    # a train job published version 1 before this explore job started
+    model = AutoModelForCausalLM.from_pretrained(tiny_model)
+    save_weights({n: t + 0.01 for n, t in model.state_dict().items()}, default_sync_path(plan), 1)
+    assert run_plan(plan) == 0
+
+    [killed] = engine_killers.KILLED
+    after = [(pid, version) for step, index, pid, version in engine_killers.SERVED
+             if index == 0 and step > engine_killers.KILL_AT_STEP]
+    assert after and all(pid != killed for pid, _ in after), "a fresh engine process serves as engine 0"
+    # every attempt, before and after the kill, ran on the published weights: the fresh engine loaded them first
+    assert {version for *_, version in engine_killers.SERVED} == {1}
 
 
 def test_an_engine_that_cannot_be_restarted_ends_the_run_with_one_line(tmp_path: Path, tiny_model: Path) -> None:
