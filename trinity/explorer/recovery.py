@@ -99,8 +99,10 @@ class EngineRecovery:
 
     def _start(self, index: int) -> Any:
         count = self.in_a_row.get(index, 0)
-        if self.start is None or count >= self.max_restarts:
-            why = ("explorer.max_engine_restarts is 0" if self.max_restarts == 0 or self.start is None else
+        if self.start is None:
+            raise self._lost(index, "it is not replaced: this run's engines cannot be started again")
+        if count >= self.max_restarts:
+            why = ("explorer.max_engine_restarts is 0" if self.max_restarts == 0 else
                    f"it was replaced {count} time(s) in a row already (explorer.max_engine_restarts = "
                    f"{self.max_restarts}); it dies again before serving a step")
             raise self._lost(index, f"it is not replaced: {why}")
