@@ -237,6 +237,17 @@ class Scheduler:
             wait_after_min=plan.explorer.wait_after_min,
         )
 
+    def replace_engine(self, index: int, engine: Any) -> None:
+        """Put ``engine`` in place of engine ``index`` (a fresh one for a dead one): its runners use it from now on.
+
+        Waits for a step in progress to end. Raises IndexError for an index
+        outside the pool.
+        """
+        with self._lock:
+            old = self.clients[index]
+            self.clients[index] = EngineClient(engine, tokenizer_path=old.tokenizer_path, index=index)
+            self.dead_engines.discard(index)
+
     def _default_factory(self, task: Task) -> Workflow:
         return make_workflow(task.workflow, self.sampling, task.workflow_args)
 

@@ -11,7 +11,9 @@ none is skipped and logged). Groups the algorithm filters out
 trainer steps. The explorer and the trainer run at the
 same time (:mod:`trinity.launcher.both_loop`); with ``sync_offset`` > 0 the
 explorer runs that many training batches ahead (its experiences are then that
-much off-policy). A run is resumable: each checkpoint stores the loop's state
+much off-policy). A rollout engine whose process dies is replaced by a fresh one,
+which the trainer's weights reach before it rolls out
+(:mod:`trinity.explorer.recovery`). A run is resumable: each checkpoint stores the loop's state
 (:meth:`BothLoop.checkpoint_state`: with a persistent buffer the batches
 explored ahead stay and are trained after the resume), and the same command
 continues after it, training every step once.
@@ -31,6 +33,7 @@ from trinity.launcher.steps import (
     monitor_for,
     pipeline_for,
     recorder_for,
+    recovery_for,
     scheduler_for,
     start_engines,
     strategy_for,
@@ -93,12 +96,14 @@ def run_both(session: Session) -> None:
                             checkpoint_path=default_sync_path(plan))
         stack.callback(sync.close)
         scheduler = scheduler_for(session, engines)
+        recovery = recovery_for(session, engines, [scheduler, sync])
+        stack.callback(recovery.close)
         monitor = monitor_for(session, total_train_steps(session, tasks.total_batches))
         stack.callback(_close_monitor, monitor)
         stack.callback(write_ray_timeline, session)
         loop = BothLoop(session, tasks=tasks, trainer=trainer, engines=engines.rollout, pipeline=pipeline,
                         strategy=strategy, sync=sync, scheduler=scheduler, monitor=monitor, verify=verify_sync,
-                        storage=storage)
+                        storage=storage, recovery=recovery)
         if resumed is not None:
             loop.restore(resumed["extra"] or {})
             logger.info("resumed from %s at step %d; exploring from batch %d", resumed["path"], resumed["step"],

@@ -66,7 +66,7 @@ class BothLoop:
 
     def __init__(self, session: Session, *, tasks: Any, trainer: Any, engines: list[Any], pipeline: Any,
                  strategy: Any, sync: Any, scheduler: Any, monitor: Any,
-                 verify: Any = None, storage: Any = None) -> None:
+                 verify: Any = None, storage: Any = None, recovery: Any = None) -> None:
         """Drive the given parts; ``storage`` is the experience storage the pipeline writes to, if known."""
         self.session = session
         self.storage = storage
@@ -80,6 +80,8 @@ class BothLoop:
         self.scheduler = scheduler
         self.monitor = monitor
         self.verify = verify
+        #: Replaces dead engines (:class:`~trinity.explorer.recovery.EngineRecovery`); None: they stay dead.
+        self.recovery = recovery
         self.style = getattr(self.plan.sync, "style", "fixed")
         #: Rollout groups one training step takes (the strategy's batch; ``mix`` adds its expert rows to it).
         self.groups_per_step = int(strategy.batch_size)
@@ -224,7 +226,18 @@ class BothLoop:
         if versions:
             metrics["explore/model_version"] = float(min(versions))
         self._log(metrics, step + 1, PHASE_EXPLORE)
+        self._replace_dead_engines()
         return True
+
+    def _replace_dead_engines(self) -> None:
+        """Start a fresh engine for each that died; wait until the trainer admits them with a sync of its weights."""
+        if self.recovery is None or not self.recovery.prepare(self.scheduler.dead_engines):
+            return
+        with self.cond:
+            self.sync_requested = True
+            self.cond.notify_all()
+            while self.recovery.pending and not self.stopping:
+                self.cond.wait(0.2)
 
     def _request_sync(self) -> None:
         """``explorer_driven``: every ``sync_interval`` explorer steps, wait for a sync of the trainer's weights."""
@@ -375,7 +388,9 @@ class BothLoop:
         asked = time.monotonic()
         with self.engine_lock:  # a rollout batch in flight finishes first
             waited = time.monotonic() - asked
-            report = self.sync.sync(version=version)
+            # fresh engines replacing dead ones join here, and an engine found dead by the sync is replaced
+            report = (self.recovery.sync(self.sync, version) if self.recovery is not None
+                      else self.sync.sync(version=version))
             metrics: dict[str, float] = dict(report.metrics())
             metrics[SYNC_SECONDS] = report.seconds
             metrics[SYNC_WAIT_SECONDS] = waited

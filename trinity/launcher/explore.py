@@ -18,6 +18,7 @@ from trinity.launcher.steps import (
     monitor_for,
     pipeline_for,
     recorder_for,
+    recovery_for,
     scheduler_for,
     start_engines,
     training_tasks,
@@ -120,6 +121,7 @@ def _explore_batches(session: Session, tasks: Any, *, engines: EngineSet, schedu
     from trinity.utils.fs import write_text_atomic
 
     sync_path = default_sync_path(session.plan)
+    recovery = recovery_for(session, engines, [scheduler])
     loaded = 0  # fresh engines hold model.model_path: version 0
     while True:
         step = tasks.position.step
@@ -148,3 +150,6 @@ def _explore_batches(session: Session, tasks: Any, *, engines: EngineSet, schedu
         metrics = explore_metrics(result, result.experiences)
         metrics["explore/model_version"] = float(loaded)
         monitor.log(metrics, step=step + 1, phase=PHASE_EXPLORE)
+        if recovery.prepare(scheduler.dead_engines):
+            recovery.admit()
+            loaded = 0  # a fresh engine holds model.model_path: every engine loads the published weights again

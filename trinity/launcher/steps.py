@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from trinity.launcher.session import Session
@@ -18,6 +20,8 @@ class EngineSet:
 
     rollout: list[Any]
     auxiliary: dict[str, list[Any]] = dataclasses.field(default_factory=dict)
+    #: Starts a fresh rollout engine ``index``, placed as the first one was (to replace a dead one); None: cannot.
+    start_rollout: Callable[[int], Any] | None = None
 
     def shutdown(self) -> None:
         """Shut every engine down (failures are logged, never raised)."""
@@ -31,11 +35,13 @@ def start_engines(session: Session, placement: Any = None) -> EngineSet:
 
     An auxiliary model's ``engine_type: auto`` is decided like the rollout model's (the layout's).
     """
-    from trinity.common.models.engines import create_engines
+    from trinity.common.models.engines import create_engine, create_engines
 
     plan, layout = session.plan, session.layout
-    engines = EngineSet(create_engines(plan, layout.engine_type,
-                                       options_for=placement.engine_options if placement is not None else None))
+    options_for = placement.engine_options if placement is not None else None
+    engines = EngineSet(create_engines(plan, layout.engine_type, options_for=options_for),
+                        start_rollout=functools.partial(create_engine, plan, layout.engine_type,
+                                                        options_for=options_for))
     try:
         for aux in plan.explorer.auxiliary:
             kind = layout.engine_type if aux.engine_type == "auto" else aux.engine_type
@@ -54,6 +60,19 @@ def scheduler_for(session: Session, engines: EngineSet) -> Any:
     from trinity.explorer.scheduler import Scheduler
 
     return Scheduler.from_plan(engines.rollout, session.plan, engines.auxiliary)
+
+
+def recovery_for(session: Session, engines: EngineSet, users: Sequence[Any]) -> Any:
+    """Return the :class:`~trinity.explorer.recovery.EngineRecovery` replacing dead rollout engines for ``users``."""
+    from trinity.explorer.recovery import EngineRecovery
+
+    if session.plan.config.continue_from_checkpoint:
+        hint = "rerun the same `trinity run --config` command to continue from the last checkpoint"
+    else:
+        hint = ("set continue_from_checkpoint: true and rerun the same `trinity run --config` command to continue "
+                "from the last checkpoint")
+    return EngineRecovery(engines.rollout, engines.start_rollout, users=users,
+                          max_restarts=session.plan.explorer.max_engine_restarts, resume_hint=hint)
 
 
 def monitor_for(session: Session, total_steps: int | None) -> Any:

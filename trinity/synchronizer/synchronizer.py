@@ -186,6 +186,15 @@ class Synchronizer:
         self._groups_built = 0
         self.last_report: SyncReport | None = None
 
+    def replace_engine(self, index: int, engine: Any) -> None:
+        """Sync ``engine`` in place of engine ``index`` from the next sync on (a fresh engine replacing a dead one).
+
+        An online group cannot take a new member: the next sync builds a new
+        group of every engine. Raises IndexError for an index outside the engines.
+        """
+        self.engines[index] = engine
+        self._group_ready = False
+
     # -- the online group ------------------------------------------------------------------
 
     def setup(self) -> float:

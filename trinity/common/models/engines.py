@@ -56,6 +56,10 @@ def engine_actor_options(plan: RunPlan, engine_cls: type, engine: EnginePlan | N
         # runners of this engine call it concurrently; the engine combines their requests into batches
         "max_concurrency": plan.explorer.runners_per_engine + 2,
         "runtime_env": {"env_vars": env},
+        # Ray never restarts an engine by itself: a restarted actor would serve the model folder's weights at
+        # once; the launcher replaces a dead engine and loads the current weights before it serves again
+        "max_restarts": 0,
+        "max_task_retries": 0,
     }
     options.update(device.ray_actor_resources(1 if tp == 1 else 0))
     return options
@@ -79,7 +83,6 @@ def create_engines(
     missing model folder is built first when ``model.tiny`` is set (rollout
     model only). Raises UnknownNameError for an unknown engine type.
     """
-    cls = ENGINES.get(engine_type)()
     group = engine or plan.explorer.rollout
     if plan.model.tiny is not None and group.name == "rollout":
         from pathlib import Path
@@ -88,20 +91,36 @@ def create_engines(
 
         if not (Path(plan.model.path) / "config.json").is_file():
             build_tiny_model(plan.model.path, plan.model.tiny)
-    engines = []
-    for index in range(group.engine_num):
-        kwargs = cls.plan_kwargs(  # type: ignore[attr-defined]
-            group, seed=group.seed + index, verify_checksums=plan.sync.verify_checksums and group.name == "rollout"
-        )
-        if not as_actors:
-            engines.append(cls(**kwargs))
-            continue
-        import ray
+    return [create_engine(plan, engine_type, index, engine=group, as_actors=as_actors, options_for=options_for,
+                          **actor_options) for index in range(group.engine_num)]
 
-        options = {**engine_actor_options(plan, cls, group), **actor_options,
-                   **(options_for(index) if options_for else {})}
-        engines.append(ray.remote(cls).options(**options).remote(**kwargs))
-    return engines
+
+def create_engine(
+    plan: RunPlan,
+    engine_type: str,
+    index: int,
+    *,
+    engine: EnginePlan | None = None,
+    as_actors: bool = True,
+    options_for: Callable[[int], dict[str, Any]] | None = None,
+    **actor_options: Any,
+) -> Any:
+    """Start engine ``index`` of an engine group, as :func:`create_engines` starts each (also to replace a dead one).
+
+    Returns the Ray actor handle at once (the model loads in the actor), or
+    the engine object when ``as_actors`` is False.
+    """
+    cls = ENGINES.get(engine_type)()
+    group = engine or plan.explorer.rollout
+    kwargs = cls.plan_kwargs(  # type: ignore[attr-defined]
+        group, seed=group.seed + index, verify_checksums=plan.sync.verify_checksums and group.name == "rollout"
+    )
+    if not as_actors:
+        return cls(**kwargs)
+    import ray
+
+    options = {**engine_actor_options(plan, cls, group), **actor_options, **(options_for(index) if options_for else {})}
+    return ray.remote(cls).options(**options).remote(**kwargs)
 
 
 def shutdown_engines(engines: list[Any], timeout_s: float = 60.0) -> None:

@@ -84,6 +84,8 @@ class ExplorerPlan:
     over_rollout_ratio: float = 0.0
     #: Seconds the scheduler still waits for groups once the minimum is complete.
     wait_after_min: float = 30.0
+    #: Times in a row a dead rollout engine is replaced before the run ends (0: never).
+    max_engine_restarts: int = 3
 
 
 def _engine(spec: InferenceModelConfig, model: ModelPlan, *, name: str, model_path: str, where: str) -> EnginePlan:
@@ -147,6 +149,11 @@ def resolve_explorer(config: Config, model: ModelPlan) -> ExplorerPlan:
             f"explorer.over_rollout.ratio: {over.ratio!r} needs a dynamic sync, but synchronizer.sync_style is fixed; "
             "set synchronizer.sync_style to explorer_driven or trainer_driven, or set the ratio to 0"
         )
+    if explorer.max_engine_restarts < 0:
+        raise ConfigError(
+            f"explorer.max_engine_restarts: {explorer.max_engine_restarts!r} is negative; set 0 (a dead engine ends "
+            "the run) or more"
+        )
     return ExplorerPlan(
         rollout=rollout,
         auxiliary=tuple(auxiliary),
@@ -160,4 +167,5 @@ def resolve_explorer(config: Config, model: ModelPlan) -> ExplorerPlan:
         bench_on_latest_checkpoint=explorer.bench_on_latest_checkpoint,
         over_rollout_ratio=float(over.ratio),
         wait_after_min=float(over.wait_after_min),
+        max_engine_restarts=explorer.max_engine_restarts,
     )

@@ -113,6 +113,9 @@ class ExplorerConfig:
     max_timeout: float = 1800.0
     #: Retries of a failed or timed-out task.
     max_retry_times: int = 2
+    #: (trinity-rft) Times in a row a rollout engine whose process died is replaced by a fresh one (loaded
+    #: with the current weights) before the run ends; 0: a dead engine ends the run.
+    max_engine_restarts: int = 3
     #: Environment variables of the workflow runners.
     env_vars: dict[str, str] = field(default_factory=dict)
     #: How a runner runs the repeats of one task: ``sequential``, ``asynchronous``, ``multi-threading``.
