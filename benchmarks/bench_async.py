@@ -66,7 +66,7 @@ def _config(workdir: Path, name: str, offset: int, steps: int | None, evaluate: 
 def _run(config: Path, workdir: Path, name: str) -> list[dict[str, Any]]:
     env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-c", "from trinity.cli.main import main; main()", "run", "--config",
+    done = subprocess.run([sys.executable, "-m", "trinity.cli.main", "run", "--config",
                            str(config)], cwd=REPO, env=env,
                           capture_output=True, text=True, check=False)
     if done.returncode != 0:
