@@ -7,20 +7,15 @@ Which groups each step trained is read from the run's log (``trinity -v``: one l
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
 import sqlite3
-import subprocess
-import sys
-import time
 from contextlib import closing
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.e2e.test_run_both import REPO, job_config, records
+from tests.e2e.test_run_both import job_config, kill_when, records, run_cli
 from trinity.trainer.checkpoint import CheckpointDir
 
 BATCHES = 5  # buffer.total_steps: explorer batches of 2 tasks, 4 rollouts each
@@ -33,16 +28,6 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from trinity.common.models.tiny import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("model") / "tiny")
-
-
-def _run_cli(config_file: Path, log: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "RAY_AUTH_MODE": "disabled"}
-    env.pop("RAY_ADDRESS", None)
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "trinity.cli.main", "-v", "run", "--config", str(config_file)],
-            stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=REPO,
-        )
 
 
 def trained_groups(text: str) -> dict[int, list[tuple[int, int]]]:
@@ -75,20 +60,12 @@ def test_killed_async_run_resumes_without_repeating_or_skipping_a_group(
     run_dir = tmp_path / "ckpt" / "e2e" / "run"
     log = tmp_path / "run.log"
 
-    first = _run_cli(config_file, log)
-    deadline = time.monotonic() + 300
-    try:
-        while time.monotonic() < deadline:
-            done = (run_dir / "checkpoints" / f"step-{save_interval}").is_dir() and (
-                run_dir / "metrics.jsonl").exists() and any(
-                r["phase"] == "train" and r["step"] == save_interval + 1 for r in records(run_dir))
-            if done or first.poll() is not None:
-                break
-            time.sleep(0.05)
-        assert first.poll() is None, f"the first run ended early:\n{log.read_text()[-3000:]}"
-    finally:
-        os.killpg(first.pid, signal.SIGKILL)  # the driver and the local Ray cluster it started, at once
-        first.wait(30)
+    def checkpoint_passed() -> bool:
+        return (run_dir / "checkpoints" / f"step-{save_interval}").is_dir() and (
+            run_dir / "metrics.jsonl").exists() and any(
+            r["phase"] == "train" and r["step"] == save_interval + 1 for r in records(run_dir))
+
+    kill_when(run_cli(config_file, log, verbose=True), log, checkpoint_passed)
     latest = CheckpointDir(run_dir / "checkpoints").latest()
     assert latest is not None
     saved = int(latest.name.removeprefix("step-"))
@@ -100,7 +77,7 @@ def test_killed_async_run_resumes_without_repeating_or_skipping_a_group(
     first_log = log.read_text()
 
     before = len(records(run_dir))
-    second = _run_cli(config_file, log)
+    second = run_cli(config_file, log, verbose=True)
     assert second.wait(300) == 0, log.read_text()[-3000:]
     resumed = records(run_dir)[before:]
     assert [r["step"] for r in resumed if r["phase"] == "train"] == list(range(saved + 1, total + 1))

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -107,14 +108,30 @@ def test_both_mode_trains_syncs_and_records(tmp_path: Path, tiny_model: Path) ->
         assert actor["node_id"] and actor["devices"] == [] and actor["visible_devices"] is None
 
 
-def _run_cli(config_file: Path, log: Path) -> subprocess.Popen[bytes]:
+def run_cli(config_file: Path, log: Path, *, verbose: bool = False) -> subprocess.Popen[bytes]:
+    """Start ``trinity [-v] run --config`` in its own session (its Ray cluster too), output appended to ``log``."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "RAY_AUTH_MODE": "disabled"}
     env.pop("RAY_ADDRESS", None)
     with log.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "trinity.cli.main", "run", "--config", str(config_file)],
+            [sys.executable, "-m", "trinity.cli.main", *(["-v"] if verbose else []), "run", "--config",
+             str(config_file)],
             stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=REPO,
         )
+
+
+def kill_when(process: subprocess.Popen[bytes], log: Path, ready: Callable[[], bool], limit: float = 300) -> None:
+    """SIGKILL ``process`` and everything it started once ``ready()``; fail if it ended before that."""
+    deadline = time.monotonic() + limit
+    try:
+        while time.monotonic() < deadline:
+            if ready() or process.poll() is not None:
+                break
+            time.sleep(0.05)
+        assert process.poll() is None, f"the first run ended early:\n{log.read_text()[-3000:]}"
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)  # the driver and the local Ray cluster it started, at once
+        process.wait(30)
 
 
 def test_killed_run_resumes_without_losing_or_repeating_a_step(tmp_path: Path, tiny_model: Path) -> None:
@@ -127,20 +144,8 @@ def test_killed_run_resumes_without_losing_or_repeating_a_step(tmp_path: Path, t
     run_dir = tmp_path / "ckpt" / "e2e" / "run"
     log = tmp_path / "run.log"
 
-    first = _run_cli(config_file, log)
-    deadline = time.monotonic() + 300
-    try:
-        while time.monotonic() < deadline:
-            done = (run_dir / "checkpoints" / "step-2").is_dir() and (run_dir / "metrics.jsonl").exists() and any(
-                r["phase"] == "train" and r["step"] == 3 for r in records(run_dir)
-            )
-            if done or first.poll() is not None:
-                break
-            time.sleep(0.05)
-        assert first.poll() is None, f"the first run ended early:\n{log.read_text()[-3000:]}"
-    finally:
-        os.killpg(first.pid, signal.SIGKILL)  # the driver and the local Ray cluster it started, at once
-        first.wait(30)
+    kill_when(run_cli(config_file, log), log, lambda: (run_dir / "checkpoints" / "step-2").is_dir() and (
+        run_dir / "metrics.jsonl").exists() and any(r["phase"] == "train" and r["step"] == 3 for r in records(run_dir)))
     killed_at = max(r["step"] for r in records(run_dir) if r["phase"] == "train")
     assert killed_at >= 3
     # On a loaded machine the first run may reach the step-4 checkpoint before the kill lands.
@@ -151,7 +156,7 @@ def test_killed_run_resumes_without_losing_or_repeating_a_step(tmp_path: Path, t
     expected = list(range(saved + 1, 6))
 
     before = len(records(run_dir))
-    second = _run_cli(config_file, log)
+    second = run_cli(config_file, log)
     assert second.wait(300) == 0, log.read_text()[-3000:]
     resumed = records(run_dir)[before:]
     train_steps = [r["step"] for r in resumed if r["phase"] == "train"]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -46,20 +45,6 @@ def test_max_engine_restarts_comes_from_the_config_and_is_checked() -> None:
     assert make_plan({"explorer.max_engine_restarts": 0}).explorer.max_engine_restarts == 0
     with pytest.raises(ConfigError, match=r"explorer\.max_engine_restarts"):
         make_plan({"explorer.max_engine_restarts": -1})
-
-
-@pytest.fixture(scope="module")
-def ray_cluster() -> Iterator[Any]:
-    import ray
-
-    started = not ray.is_initialized()
-    if started:
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-                 runtime_env={"env_vars": {"RAY_AUTH_MODE": "disabled"}})
-    yield ray
-    if started:
-        ray.shutdown()
 
 
 @pytest.fixture(scope="module")
