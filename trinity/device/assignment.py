@@ -17,7 +17,6 @@ the device runtime starts) and the first of them is made current.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import tempfile
 import threading
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trinity.device.errors import DeviceError
+from trinity.utils.flock import try_lock, write_record
 
 if TYPE_CHECKING:
     from trinity.device.backend import Backend
@@ -190,7 +190,7 @@ def _claim(node_id: str, key: str, count: int) -> tuple[int, ...]:
     for index in range(total):
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            fd = os.open(folder / f"{index}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+            fd = try_lock(folder / f"{index}.lock")
         except OSError as exc:
             for held in taken:
                 os.close(held)
@@ -198,13 +198,9 @@ def _claim(node_id: str, key: str, count: int) -> tuple[int, ...]:
                 f"cannot claim a {key} device: {exc.strerror} ({folder / f'{index}.lock'}); every process claiming "
                 f"devices on this node must be able to write to {folder.parent.parent}"
             ) from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
+        if fd is None:
             continue
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        write_record(fd, f"{os.getpid()}\n")
         taken.append(fd)
         claimed.append(index)
         if len(claimed) == count:
