@@ -1,4 +1,4 @@
-"""What every mode needs before it starts: the model folder, Ray, the device decision, the layout, the run folder."""
+"""What every mode needs before it starts: the run folder's lock, the model, Ray, the device decision, the layout."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from trinity.common.config.plan.run import RunPlan
 from trinity.common.config.validator import Layout, resolve_layout
 from trinity.common.ray_connect import RayConnection, connect, disconnect
 from trinity.device.selection import Selection
+from trinity.launcher.run_lock import RunFolderLock, is_lock_file, lock_run_folder
 
 logger = logging.getLogger("trinity.launcher")
 
@@ -26,6 +27,8 @@ class Session:
     connection: RayConnection
     selection: Selection
     layout: Layout
+    #: The run folder's role locks, held until :meth:`close`; None for a session built without them.
+    lock: RunFolderLock | None = None
 
     @property
     def run_dir(self) -> Path:
@@ -33,21 +36,25 @@ class Session:
         return self.plan.run_dir
 
     def close(self) -> None:
-        """Disconnect from Ray (stopping a cluster this process started)."""
-        disconnect(self.connection)
+        """Disconnect from Ray (stopping a cluster this process started), then let go of the run folder."""
+        try:
+            disconnect(self.connection)
+        finally:
+            if self.lock is not None:
+                self.lock.release()
 
 
 def fresh_run_dir(plan: RunPlan) -> RunPlan:
     """Return ``plan`` moved to a timestamped run folder when it must not continue an existing one.
 
     As upstream does: with ``continue_from_checkpoint: false`` a run folder
-    that already holds files gets ``<name>_<YYYYmmddHHMMSS>`` (mode bench always
-    reads the existing folder).
+    that already holds files (other than its lock files) gets
+    ``<name>_<YYYYmmddHHMMSS>`` (mode bench always reads the existing folder).
     """
     folder = plan.run_dir
     if plan.config.continue_from_checkpoint or plan.mode == "bench":
         return plan
-    if not folder.is_dir() or not any(folder.iterdir()):
+    if not folder.is_dir() or not any(not is_lock_file(entry) for entry in folder.iterdir()):
         return plan
     stamp = time.strftime("%Y%m%d%H%M%S")
     renamed = folder.with_name(f"{folder.name}_{stamp}")
@@ -56,22 +63,28 @@ def fresh_run_dir(plan: RunPlan) -> RunPlan:
 
 
 def open_session(plan: RunPlan) -> Session:
-    """Build the model if asked, connect Ray, select the device backend from the cluster, validate the layout."""
+    """Lock the run folder, build the model if asked, connect Ray, select the backend, validate the layout.
+
+    Raises RunFolderBusyError (exit 2) at once when another run holds a role
+    this mode needs in the run folder.
+    """
     import ray
 
     from trinity.common.config.precision import check_named_backend
     from trinity.common.config.preflight import preflight
 
     plan = fresh_run_dir(plan)
-    preflight(plan)  # files and folders, before Ray starts: one line on the first problem
-    check_named_backend(plan)  # a dtype an explicitly chosen device cannot compute in, before Ray starts
-    model = plan.model
-    if model.tiny is not None and not (Path(model.path) / "config.json").is_file():
-        from trinity.common.models.tiny import build_tiny_model
-
-        logger.info("building the tiny model at %s", model.path)
-        build_tiny_model(model.path, model.tiny)
     with contextlib.ExitStack() as undo:
+        lock = lock_run_folder(plan.run_dir, plan.mode)  # before anything is written into the run folder
+        undo.callback(lock.release)
+        preflight(plan)  # files and folders, before Ray starts: one line on the first problem
+        check_named_backend(plan)  # a dtype an explicitly chosen device cannot compute in, before Ray starts
+        model = plan.model
+        if model.tiny is not None and not (Path(model.path) / "config.json").is_file():
+            from trinity.common.models.tiny import build_tiny_model
+
+            logger.info("building the tiny model at %s", model.path)
+            build_tiny_model(model.path, model.tiny)
         connection = connect(plan.cluster.ray_address, namespace=plan.ray_namespace,
                              local_resources=lambda: device.local_ray_resources(plan.cluster.device))
         undo.callback(disconnect, connection)
@@ -82,7 +95,7 @@ def open_session(plan: RunPlan) -> Session:
         if layout.engines:
             check_engine_requirements(layout, alive_nodes=len(alive))
         plan.run_dir.mkdir(parents=True, exist_ok=True)
-        undo.pop_all()  # the session owns the connection from here; Session.close disconnects
+        undo.pop_all()  # the session owns the connection and the lock from here; Session.close lets both go
     logger.info(
         "device backend %s (%s); %d %s engine(s), %d trainer rank(s), sync %s; run folder %s",
         selection.name, selection.reason, layout.engines, layout.engine_type, layout.trainers, layout.sync_method,
@@ -90,7 +103,7 @@ def open_session(plan: RunPlan) -> Session:
     )
     for note in plan.notes:
         logger.info("config: %s", note)
-    return Session(plan, connection, selection, layout)
+    return Session(plan, connection, selection, layout, lock)
 
 
 def check_engine_requirements(layout: Layout, alive_nodes: int) -> None:

@@ -9,6 +9,7 @@ import logging
 from trinity.common.config.plan.run import RunPlan, resolve_run, run_dir_of
 from trinity.common.config.plan.stages import stage_configs, stage_name
 from trinity.common.config.schema import Config
+from trinity.launcher.run_lock import ALL_ROLES, lock_run_folder
 
 logger = logging.getLogger("trinity.launcher")
 
@@ -39,12 +40,18 @@ def run_stages(config: Config) -> int:
 
     A stage that trains hands its final model to the next stage
     (``model.model_path``); progress is kept in ``<run folder>/stages.json``,
-    so the same command resumes at the first unfinished stage.
+    so the same command resumes at the first unfinished stage. The run
+    folder's locks are held from before the first stage to after the last.
     """
+    plans = plan_stages(config)
+    with lock_run_folder(run_dir_of(config), "stages", roles=ALL_ROLES):  # one owner for all the stages
+        return _run_planned(config, plans)
+
+
+def _run_planned(config: Config, plans: list[RunPlan]) -> int:
     from trinity.launcher.modes import run_plan
     from trinity.utils.fs import write_text_atomic
 
-    plans = plan_stages(config)
     state_file = run_dir_of(config) / STAGES_FILE
     done: list[str] = []
     if state_file.is_file() and config.continue_from_checkpoint:
