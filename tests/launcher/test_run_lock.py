@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from trinity.common.config import Config
+from trinity.common.config.plan.run import RunPlan
 from trinity.errors import EXIT_USAGE
 from trinity.launcher.run_lock import (
     Owner,
@@ -90,10 +92,10 @@ def test_roles_that_overlap_are_refused(tmp_path: Path, holders: list[Holder], h
 def test_explore_and_train_share_a_folder(tmp_path: Path, holders: list[Holder]) -> None:
     holders.append(Holder(tmp_path, "explore"))
     with lock_run_folder(tmp_path, "train"):
-        assert Owner.parse(lock_path(tmp_path, "train").read_text()) == Owner(
-            os.getpid(), socket.gethostname(), Owner.parse(lock_path(tmp_path, "train").read_text()).since,  # type: ignore[union-attr]
-            "train")
-        assert Owner.parse(lock_path(tmp_path, "explore").read_text()).pid == holders[0].process.pid  # type: ignore[union-attr]
+        train = Owner.parse(lock_path(tmp_path, "train").read_text())
+        explore = Owner.parse(lock_path(tmp_path, "explore").read_text())
+        assert train is not None and (train.pid, train.host, train.mode) == (os.getpid(), socket.gethostname(), "train")
+        assert explore is not None and (explore.pid, explore.mode) == (holders[0].process.pid, "explore")
 
 
 def test_a_killed_owner_is_taken_over_with_a_warning(
@@ -147,3 +149,49 @@ def test_lock_files_do_not_make_a_run_folder_look_used(tmp_path: Path) -> None:
     assert fresh_run_dir(plan).run_dir == plan.run_dir
     (plan.run_dir / "metrics.jsonl").write_text("{}\n")
     assert fresh_run_dir(plan).run_dir != plan.run_dir
+
+
+def _stages_config(tmp_path: Path) -> Config:
+    from tests.plans import make_config
+
+    return make_config({"checkpoint_root_dir": str(tmp_path), "model.model_path": str(tmp_path / "model"),
+                        "stages": [{"stage_name": "one"}, {"stage_name": "two", "mode": "train"}]})
+
+
+def test_a_stages_run_holds_its_folder_from_the_first_stage_to_the_last(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from trinity.common.config.plan.run import run_dir_of
+    from trinity.launcher import modes, stages
+
+    config = _stages_config(tmp_path)
+    top = run_dir_of(config)
+    seen: list[tuple[str, bool]] = []
+
+    def run_plan(plan: RunPlan) -> int:
+        assert plan.stage is not None
+        fd = try_lock(lock_path(top, "explore"))
+        seen.append((plan.stage[2], fd is None))
+        if fd is not None:
+            os.close(fd)
+        return 0
+
+    monkeypatch.setattr(modes, "run_plan", run_plan)
+    monkeypatch.setattr(stages, "final_model", lambda plan: None)
+    assert stages.run_stages(config) == 0
+    assert seen == [("one", True), ("two", True)], "the top folder stays locked through every stage"
+    fd = try_lock(lock_path(top, "train"))
+    assert fd is not None, "and is let go after the last"
+    os.close(fd)
+
+
+def test_a_second_stages_run_is_refused_before_its_first_stage(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, holders: list[Holder]) -> None:
+    from trinity.common.config.plan.run import run_dir_of
+    from trinity.launcher import modes, stages
+
+    config = _stages_config(tmp_path)
+    holders.append(Holder(run_dir_of(config), "train"))
+    monkeypatch.setattr(modes, "run_plan", lambda plan: pytest.fail("no stage may start"))
+    with pytest.raises(RunFolderBusyError, match="mode train"):
+        stages.run_stages(config)
+    assert not (run_dir_of(config) / stages.STAGES_FILE).exists()
