@@ -1,7 +1,7 @@
 """The manifest of a checkpoint: size and checksum of every file, written last, checked before a resume.
 
 ``manifest.json`` inside a ``step-N`` folder lists each file (relative path,
-size in bytes, BLAKE2b digest) that the save wrote, every rank's shards
+size in bytes, SHA-256 digest) that the save wrote, every rank's shards
 included. It is written atomically after every other file, so a checkpoint
 with a valid manifest is complete; :func:`verify` re-reads the files and
 reports the first one whose size or digest differs. Files added to a
@@ -58,8 +58,8 @@ class Verdict:
 
 
 def file_digest(path: Path) -> str:
-    """Return the hex BLAKE2b digest of the file at ``path``, read in chunks."""
-    digest = hashlib.blake2b()
+    """Return the hex SHA-256 digest of the file at ``path``, read in chunks."""
+    digest = hashlib.sha256()
     with open(path, "rb") as handle:
         while chunk := handle.read(CHUNK_BYTES):
             digest.update(chunk)
@@ -80,10 +80,10 @@ def write_manifest(folder: str | Path) -> Path:
     """Hash every file under ``folder`` and write its manifest atomically; return the manifest's path."""
     root = Path(folder)
     entries = {
-        file.relative_to(root).as_posix(): {"size": file.stat().st_size, "blake2b": file_digest(file)}
+        file.relative_to(root).as_posix(): {"size": file.stat().st_size, "sha256": file_digest(file)}
         for file in _listed_files(root)
     }
-    manifest = {"version": MANIFEST_VERSION, "algorithm": "blake2b", "files": entries}
+    manifest = {"version": MANIFEST_VERSION, "algorithm": "sha256", "files": entries}
     path = root / MANIFEST_FILE
     write_text_atomic(path, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return path
@@ -132,6 +132,6 @@ def verify(folder: str | Path) -> Verdict:
         size = file.stat().st_size
         if size != entry.get("size"):
             return Verdict(root, "damaged", f"{name}: {size} bytes, expected {entry.get('size')}", len(entries), total)
-        if file_digest(file) != entry.get("blake2b"):
+        if file_digest(file) != entry.get("sha256"):
             return Verdict(root, "damaged", f"{name}: checksum mismatch", len(entries), total)
     return Verdict(root, "ok", "", len(entries), total)
