@@ -1,5 +1,6 @@
 """End to end: the newest checkpoint of a finished `trinity run` is damaged (flipped bytes in a shard); the
-same command with more steps warns in one line, resumes from the step before and trains on from there."""
+same command with more steps warns in one line, resumes from the step before and trains on from there.
+With every checkpoint damaged, the command ends with one line and exit status 2."""
 
 from __future__ import annotations
 
@@ -57,3 +58,11 @@ def test_a_run_resumes_from_the_newest_intact_checkpoint(
     state = json.loads((run_dir / "checkpoints" / "step-3" / "trainer_state.json").read_text())
     assert state["step"] == 3
     assert main(["checkpoints", "verify", str(run_dir)]) == 0
+
+    for state_file in (run_dir / "checkpoints").glob("step-*/trainer_state.json"):
+        state_file.write_text(state_file.read_text()[:40])  # every checkpoint damaged: nothing to resume from
+    third = run_cli(_config(tmp_path, tiny_model, 4), log)
+    assert third.wait(300) == 2, log.read_text()[-3000:]
+    errors = [line for line in log.read_text().splitlines() if line.startswith("trinity: error:")]
+    assert errors[-1].startswith(f"trinity: error: no intact checkpoint in {run_dir / 'checkpoints'} (")
+    assert "continue_from_checkpoint: false" in errors[-1]
