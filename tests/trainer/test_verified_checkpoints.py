@@ -21,7 +21,7 @@ import torch
 from tests.trainer.support import make_experiences, make_trainer_plan
 from trinity.cli.main import main, one_line
 from trinity.errors import EXIT_USAGE
-from trinity.trainer.checkpoint import STATE_FILE, CheckpointDir, CheckpointError
+from trinity.trainer.checkpoint import STATE_FILE, CheckpointDir, CheckpointError, no_intact_checkpoint
 from trinity.trainer.manifest import MANIFEST_FILE, STATE_MANIFEST_KEY, verify
 from trinity.trainer.trainer import FSDPTrainer
 
@@ -189,3 +189,13 @@ def test_two_ranks_write_one_manifest_covering_both_ranks_shards(tiny_path: Path
     assert shards == sorted(p.relative_to(saved).as_posix() for p in (saved / "actor").glob("*.distcp"))
     assert len(shards) == 2  # one per rank
     assert verify(saved).status == "ok"
+
+
+def test_the_no_intact_message_names_at_most_three_checkpoints(tmp_path: Path) -> None:
+    for step in range(1, 6):
+        (tmp_path / f"step-{step}").mkdir()  # no state file: incomplete
+    chosen, rejected = CheckpointDir(tmp_path).newest_intact()
+    assert chosen is None and [v.path.name for v in rejected] == [f"step-{s}" for s in range(5, 0, -1)]
+    message = str(no_intact_checkpoint(tmp_path, rejected))
+    assert "step-5 incomplete: trainer_state.json: missing" in message and "step-3" in message
+    assert "step-2" not in message and "2 older ones too" in message

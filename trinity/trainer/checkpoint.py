@@ -239,7 +239,9 @@ def describe(verdict: Verdict) -> str:
 
 def no_intact_checkpoint(root: Path, rejected: list[Verdict]) -> CheckpointError:
     """Return the error a resume raises when none of the checkpoints under ``root`` is intact (exit status 2)."""
-    found = "; ".join(f"{v.path.name} {describe(v)}" for v in rejected)
+    found = "; ".join(f"{v.path.name} {describe(v)}" for v in rejected[:3])
+    if len(rejected) > 3:
+        found += f"; {len(rejected) - 3} older ones too"
     return CheckpointError(
         f"no intact checkpoint in {root} ({found}); set continue_from_checkpoint: false to start afresh "
         "(or move the run folder aside)",
