@@ -173,6 +173,9 @@ def test_a_missing_manifest_of_a_new_checkpoint_is_incomplete(
 def test_verify_of_a_missing_folder_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["checkpoints", "verify", str(tmp_path / "nowhere")]) == EXIT_USAGE
     assert "no such folder" in capsys.readouterr().err
+    (tmp_path / "file").write_text("")
+    assert main(["checkpoints", "verify", str(tmp_path / "file")]) == EXIT_USAGE
+    assert "file: not a folder; pass a run folder" in capsys.readouterr().err
 
 
 @pytest.mark.usefixtures("ray_local")

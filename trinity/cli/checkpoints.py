@@ -42,7 +42,8 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
 def checkpoint_root(folder: Path) -> Path:
     """Return the checkpoints folder ``folder`` names: ``<run>/checkpoints``, or ``folder`` itself."""
     if not folder.is_dir():
-        raise CLIError(f"{folder}: no such folder; pass a run folder or its checkpoints folder", EXIT_USAGE)
+        what = "not a folder" if folder.exists() else "no such folder"
+        raise CLIError(f"{folder}: {what}; pass a run folder or its checkpoints folder", EXIT_USAGE)
     nested = folder / "checkpoints"
     return nested if nested.is_dir() else folder
 
