@@ -10,6 +10,7 @@ from __future__ import annotations
 import builtins
 import errno
 import io
+import json
 import os
 import subprocess
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ from tests.trainer.support import make_experiences, make_trainer_plan
 from trinity.cli.main import one_line
 from trinity.errors import EXIT_FAILURE, carried_error
 from trinity.trainer.checkpoint import STATE_FILE, CheckpointDir, CheckpointError, CheckpointWriteError
+from trinity.trainer.manifest import MANIFEST_FILE, STATE_MANIFEST_KEY
 from trinity.trainer.trainer import FSDPTrainer
 
 
@@ -93,7 +95,7 @@ def test_a_save_on_a_full_disk_names_it_and_keeps_the_older_checkpoint(
     assert (first / STATE_FILE).read_text(encoding="utf-8") == state
 
 
-def test_a_damaged_checkpoint_fails_the_resume_with_one_line(
+def test_a_damaged_checkpoint_without_manifest_fails_the_resume_with_one_line(
         tiny_path: Path, tmp_path: Path) -> None:
     plan = make_trainer_plan(tiny_path, tmp_path, "sft", world_size=1, micro_batch_size=4)
     trainer = FSDPTrainer(plan, world_size=1, in_process=True)
@@ -104,6 +106,11 @@ def test_a_damaged_checkpoint_fails_the_resume_with_one_line(
         trainer.shutdown()
     for shard in (saved / "actor").glob("*.distcp"):
         shard.write_bytes(shard.read_bytes()[:100])  # truncated, as a crashed copy leaves it
+    # without its manifest (as an older trinity wrote it) the damage shows only when the shard is read
+    (saved / MANIFEST_FILE).unlink()
+    state = json.loads((saved / STATE_FILE).read_text(encoding="utf-8"))
+    del state[STATE_MANIFEST_KEY]
+    (saved / STATE_FILE).write_text(json.dumps(state), encoding="utf-8")
     again = FSDPTrainer(plan, world_size=1, in_process=True)
     try:
         with pytest.raises(CheckpointError) as caught:

@@ -17,7 +17,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from trinity.cli import backends, run
+from trinity.cli import backends, checkpoints, run
 from trinity.cli.errors import UsageError
 from trinity.errors import EXIT_FAILURE, TrinityError, carried_error
 
@@ -28,7 +28,9 @@ DEBUG_ENV = "TRINITY_DEBUG"
 EXIT_INTERRUPTED = 130
 
 #: Each command module's ``register(subparsers, common)``; add ``run``, ``convert``... here.
-COMMANDS: tuple[Callable[[Any, argparse.ArgumentParser], None], ...] = (run.register, backends.register)
+COMMANDS: tuple[Callable[[Any, argparse.ArgumentParser], None], ...] = (
+    run.register, backends.register, checkpoints.register,
+)
 
 
 class Parser(argparse.ArgumentParser):

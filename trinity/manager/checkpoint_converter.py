@@ -21,7 +21,8 @@ from pathlib import Path
 
 import torch
 
-from trinity.trainer.checkpoint import CheckpointError, read_state, resolve_checkpoint
+from trinity.trainer.checkpoint import CheckpointError, describe, read_state, resolve_checkpoint
+from trinity.trainer.manifest import verify
 
 __all__ = ["CheckpointError", "ConversionError", "convert_checkpoint"]
 
@@ -53,19 +54,28 @@ def convert_checkpoint(
     model_path: str | None = None,
     dtype: str | None = None,
     overwrite: bool = False,
+    check: bool = True,
 ) -> Path:
     """Write the actor of ``checkpoint`` (a ``step-N`` folder, or a checkpoint root: its latest) to ``output``.
 
     ``dtype`` (``float32``/``bfloat16``/``float16``) defaults to the run's
     ``model.dtype``. ``model_path`` is used for config and tokenizer only when the
-    checkpoint carries none. Returns ``output``. Raises :class:`ConversionError`.
+    checkpoint carries none. With ``check`` the checkpoint's files are first
+verified against its manifest. Returns ``output``. Raises :class:`ConversionError`.
     """
     from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
     from transformers import AutoConfig, AutoModelForCausalLM
 
     try:
         folder = resolve_checkpoint(checkpoint)
+        if check:
+            verdict = verify(folder)
+            if not verdict.intact:
+                raise ConversionError(f"refusing to convert {folder}: it is {describe(verdict)}; convert an intact "
+                                      f"checkpoint (`trinity checkpoints verify {folder.parent}` lists them)")
         state = read_state(folder)
+    except ConversionError:
+        raise
     except CheckpointError as exc:
         raise ConversionError(str(exc)) from exc
     target = Path(output)

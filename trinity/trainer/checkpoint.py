@@ -13,8 +13,10 @@ A checkpoint is written into ``<dir>/.tmp-step-N``, flushed, then renamed to
 ``step-N``; only then is ``latest`` replaced (write a temporary file, fsync,
 ``os.replace``). A crash at any point leaves ``latest`` naming a complete
 checkpoint (or no checkpoint at all), and a stale ``.tmp-*`` folder that the
-next save removes. ``trainer_state.json`` is written last inside the staging
-folder, so a folder that has it is complete.
+next save removes. ``trainer_state.json`` and then ``manifest.json`` (size and
+checksum of every file, see :mod:`trinity.trainer.manifest`) are written last
+inside the staging folder; :meth:`CheckpointDir.newest_intact` checks the
+manifest so a resume never loads a damaged checkpoint.
 """
 
 from __future__ import annotations
@@ -28,13 +30,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from trinity.errors import TrinityError
+from trinity.errors import EXIT_USAGE, TrinityError
+from trinity.trainer.manifest import STATE_MANIFEST_KEY, Verdict, verify, write_manifest
 from trinity.utils.fs import fsync_dir, fsync_tree, write_text_atomic
 
 STATE_FILE = "trainer_state.json"
 LATEST_FILE = "latest"
 _STEP_DIR = re.compile(r"^step-(\d+)$")
-
+_STAGING_DIR = re.compile(r"^\.tmp-step-(\d+)$")
 
 
 class CheckpointError(TrinityError, RuntimeError):
@@ -132,10 +135,11 @@ class CheckpointDir:
         if not staging.is_dir():
             raise CheckpointError(f"no staging folder {staging} to commit")
         with open(staging / STATE_FILE, "w", encoding="utf-8") as handle:
-            json.dump(state, handle, indent=2, sort_keys=True)
+            json.dump({**state, STATE_MANIFEST_KEY: True}, handle, indent=2, sort_keys=True)
             handle.flush()
             os.fsync(handle.fileno())
         fsync_tree(staging)
+        write_manifest(staging)
         final = self.step_path(step)
         if final.exists():  # a re-save of the same step (after a resume): move the old one out of the way first
             aside = self.root / f".old-step-{step}-{os.getpid()}"
@@ -172,6 +176,35 @@ class CheckpointDir:
         steps = self.complete_steps()
         return self.step_path(steps[-1]) if steps else None
 
+    def step_folders(self) -> list[Path]:
+        """Return every ``step-N`` folder, complete or not, newest first."""
+        if not self.root.is_dir():
+            return []
+        found = [(int(m.group(1)), e) for e in self.root.iterdir() if (m := _STEP_DIR.match(e.name)) and e.is_dir()]
+        return [entry for _, entry in sorted(found, reverse=True)]
+
+    def verify_all(self) -> list[Verdict]:
+        """Return the verdict of every checkpoint folder (``step-N`` and interrupted ``.tmp-step-N``), newest first."""
+        verdicts = [verify(folder) for folder in self.step_folders()]
+        if self.root.is_dir():
+            for entry in self.root.iterdir():
+                if _STAGING_DIR.match(entry.name) and entry.is_dir():
+                    verdicts.append(Verdict(entry, "incomplete", "an interrupted save"))
+        return sorted(verdicts, key=lambda v: -step_of(v.path))
+
+    def newest_intact(self) -> tuple[Verdict | None, list[Verdict]]:
+        """Return the newest checkpoint that passes :func:`~trinity.trainer.manifest.verify`, and newer rejected ones.
+
+        The first element is None when there is no intact checkpoint.
+        """
+        rejected: list[Verdict] = []
+        for folder in self.step_folders():
+            verdict = verify(folder)
+            if verdict.intact:
+                return verdict, rejected
+            rejected.append(verdict)
+        return None, rejected
+
     def prune(self, max_checkpoints: int, keep: Path | None = None) -> list[Path]:
         """Delete all but the ``max_checkpoints`` newest complete checkpoints (never ``keep``) and stale staging."""
         removed: list[Path] = []
@@ -187,6 +220,33 @@ class CheckpointDir:
                 shutil.rmtree(entry, ignore_errors=True)
                 removed.append(entry)
         return removed
+
+
+def step_of(folder: Path) -> int:
+    """Return the step of a ``step-N`` or ``.tmp-step-N`` folder (-1 for another name)."""
+    match = _STEP_DIR.match(folder.name) or _STAGING_DIR.match(folder.name)
+    return int(match.group(1)) if match else -1
+
+
+def describe(verdict: Verdict) -> str:
+    """Return ``damaged: <reason>`` / ``incomplete: <reason>`` / ``OK`` for a verdict, as messages show it."""
+    if verdict.status == "ok":
+        return "OK"
+    if verdict.status == "legacy":
+        return "OK (no manifest: old checks)"
+    return f"{verdict.status}: {verdict.reason}"
+
+
+def no_intact_checkpoint(root: Path, rejected: list[Verdict]) -> CheckpointError:
+    """Return the error a resume raises when none of the checkpoints under ``root`` is intact (exit status 2)."""
+    found = "; ".join(f"{v.path.name} {describe(v)}" for v in rejected[:3])
+    if len(rejected) > 3:
+        found += f"; {len(rejected) - 3} older ones too"
+    return CheckpointError(
+        f"no intact checkpoint in {root} ({found}); set continue_from_checkpoint: false to start afresh "
+        "(or move the run folder aside)",
+        exit_code=EXIT_USAGE,
+    )
 
 
 def read_state(checkpoint: str | Path) -> dict[str, Any]:

@@ -39,6 +39,7 @@ from trinity.algorithm import (
 )
 from trinity.common.config.plan.run import RunPlan
 from trinity.common.experience import Experience, make_batch
+from trinity.errors import EXIT_USAGE
 from trinity.trainer.batching import (
     Rows,
     batch_rows,
@@ -53,11 +54,14 @@ from trinity.trainer.checkpoint import (
     CheckpointDir,
     CheckpointError,
     CheckpointWriteError,
+    describe,
     disk_write_problem,
     innermost_message,
+    no_intact_checkpoint,
     resolve_checkpoint,
 )
 from trinity.trainer.fsdp_worker import FSDPWorker
+from trinity.trainer.manifest import verify
 from trinity.trainer.plan import TrainingPlan
 
 logger = logging.getLogger(__name__)
@@ -366,7 +370,7 @@ class FSDPTrainer:
         folder = Path(checkpoint) if checkpoint is not None else CheckpointDir(self.checkpoint_dir).latest()
         if folder is None:
             return None
-        exported = convert_checkpoint(folder, folder / HF_EXPORT, overwrite=True)
+        exported = convert_checkpoint(folder, folder / HF_EXPORT, overwrite=True, check=False)
         logger.info("Hugging Face model of step %d: %s", self.step, exported)
         return exported
 
@@ -377,12 +381,17 @@ class FSDPTrainer:
         Raises :class:`~trinity.trainer.checkpoint.CheckpointError` for a ``path`` holding none.
         """
         if path is None:
-            latest = CheckpointDir(self.checkpoint_dir).latest()
-            if latest is None:
+            chosen = self._newest_intact()
+            if chosen is None:
                 return None
-            folder = latest
+            folder = chosen
         else:
             folder = resolve_checkpoint(path)
+            verdict = verify(folder)
+            if not verdict.intact:
+                raise CheckpointError(
+                    f"cannot resume from {folder}: {describe(verdict)}; choose an intact checkpoint "
+                    f"(`trinity checkpoints verify {folder.parent}` lists them)", exit_code=EXIT_USAGE)
         try:
             restored = self._on_all("load_checkpoint", str(folder))[0]
         except BaseException as exc:  # DCP reports a failed read as a BaseException
@@ -398,6 +407,24 @@ class FSDPTrainer:
         if self.kl_controller is not None and KL_CONTROLLER in extra:
             self.kl_controller.load_state_dict(extra[KL_CONTROLLER])
         return {"step": self.step, "extra": extra, "path": str(folder)}
+
+    def _newest_intact(self) -> Path | None:
+        """Return the newest intact checkpoint (warning once per newer damaged one), or None when there is none yet.
+
+        Raises CheckpointError (exit status 2) when checkpoints exist but none is intact.
+        """
+        checkpoints = CheckpointDir(self.checkpoint_dir)
+        chosen, rejected = checkpoints.newest_intact()
+        if chosen is None:
+            if rejected:
+                raise no_intact_checkpoint(checkpoints.root, rejected)
+            return None
+        for verdict in rejected:
+            logger.warning("checkpoint %s is %s; falling back to %s", verdict.path, describe(verdict), chosen.path.name)
+        if chosen.status == "legacy":
+            logger.warning("checkpoint %s has no manifest (written by an older trinity); accepted after the old checks",
+                        chosen.path)
+        return chosen.path
 
     # -- weights ---------------------------------------------------------------------------
 
