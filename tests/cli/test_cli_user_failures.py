@@ -1,0 +1,90 @@
+"""``trinity run`` on failures the user causes: one line, exit 2, the root cause named, before Ray starts.
+
+Each case runs the real console script in a subprocess with a private
+``RAY_TMPDIR``; a run that started Ray would leave a session folder there.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.cli._runner import Result, Runner
+from tests.cli.test_cli_run import GOOD, write
+
+#: A failure found before Ray starts takes about the CLI's start-up time; Ray alone takes longer.
+FAST_S = 5.0
+
+
+def _run(trinity: Runner, tmp_path: Path, text: str, **env: str) -> tuple[Result, float]:
+    ray_tmp = tmp_path / "ray-tmp"
+    ray_tmp.mkdir(exist_ok=True)
+    started = time.monotonic()
+    result = trinity("run", "--config", str(write(tmp_path, text)), timeout=60, RAY_TMPDIR=str(ray_tmp), **env)
+    elapsed = time.monotonic() - started
+    assert not (ray_tmp / "ray").exists(), "Ray was started"
+    return result, elapsed
+
+
+@pytest.fixture
+def silent_listener() -> Iterator[str]:
+    """Yield ``host:port`` of a TCP listener that accepts connections and never says anything."""
+    server = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                accepted.append(server.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield f"127.0.0.1:{server.getsockname()[1]}"
+    server.close()
+    for conn in accepted:
+        conn.close()
+
+
+@pytest.fixture
+def http_listener() -> Iterator[str]:
+    """Yield ``host:port`` of a listener that answers every connection like an HTTP/1 web server."""
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while True:
+            try:
+                conn = server.accept()[0]
+            except OSError:
+                return
+            with conn:
+                conn.recv(1024)
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield f"127.0.0.1:{server.getsockname()[1]}"
+    server.close()
+
+
+def test_an_address_where_a_silent_service_listens_fails_fast(
+    trinity: Runner, tmp_path: Path, silent_listener: str
+) -> None:
+    result, elapsed = _run(trinity, tmp_path, GOOD + f"cluster:\n  ray_address: {silent_listener}\n")
+    assert result.returncode == 2, result.stderr
+    line = result.error_line()
+    assert f"no Ray cluster answers at '{silent_listener}'" in line and "did not answer as a Ray cluster" in line
+    assert elapsed < FAST_S, f"took {elapsed:.1f} s"
+
+
+def test_an_address_where_a_web_server_listens_fails_fast(
+    trinity: Runner, tmp_path: Path, http_listener: str
+) -> None:
+    result, elapsed = _run(trinity, tmp_path, GOOD + f"cluster:\n  ray_address: {http_listener}\n")
+    assert result.returncode == 2, result.stderr
+    assert "it is not a Ray cluster" in result.error_line()
+    assert elapsed < FAST_S, f"took {elapsed:.1f} s"
