@@ -88,3 +88,46 @@ def test_an_address_where_a_web_server_listens_fails_fast(
     assert result.returncode == 2, result.stderr
     assert "it is not a Ray cluster" in result.error_line()
     assert elapsed < FAST_S, f"took {elapsed:.1f} s"
+
+
+def _folder(tmp_path: Path, name: str, *files: str) -> Path:
+    folder = tmp_path / name
+    folder.mkdir()
+    for file in files:
+        (folder / file).write_text("{}", encoding="utf-8")
+    return folder
+
+
+def test_a_model_folder_without_weights_or_tokenizer_names_what_is_missing(trinity: Runner, tmp_path: Path) -> None:
+    _folder(tmp_path, "config-only", "config.json")
+    result, elapsed = _run(trinity, tmp_path, GOOD.replace("ROOT/tiny\n  tiny: {}", "ROOT/config-only"))
+    assert result.returncode == 2, result.stderr
+    line = result.error_line()
+    assert "model.model_path: " in line and "not a complete Hugging Face model folder" in line
+    assert "no weights (*.safetensors or *.bin) and no tokenizer files" in line
+    assert elapsed < FAST_S, f"took {elapsed:.1f} s"
+
+    _folder(tmp_path, "no-tokenizer", "config.json", "model.safetensors")
+    result, _ = _run(trinity, tmp_path, GOOD.replace("ROOT/tiny\n  tiny: {}", "ROOT/no-tokenizer"))
+    line = result.error_line()
+    assert result.returncode == 2 and "no tokenizer files" in line and "no weights" not in line
+
+
+def test_a_critic_folder_without_weights_is_refused_before_ray(trinity: Runner, tmp_path: Path) -> None:
+    _folder(tmp_path, "critic", "config.json", "tokenizer.json")
+    text = GOOD.replace("grpo", "ppo").replace("  tiny: {}\n", "  tiny: {}\n  critic_model_path: ROOT/critic\n")
+    result, elapsed = _run(trinity, tmp_path, text)
+    assert result.returncode == 2, result.stderr
+    line = result.error_line()
+    assert "model.critic_model_path: " in line and "no weights" in line
+    assert elapsed < FAST_S, f"took {elapsed:.1f} s"
+
+
+def test_a_hub_id_while_offline_names_the_offline_switch(trinity: Runner, tmp_path: Path) -> None:
+    text = GOOD.replace("ROOT/tiny\n  tiny: {}", "some-org/not-downloaded-model")
+    result, elapsed = _run(trinity, tmp_path, text, HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf-home"))
+    assert result.returncode == 2, result.stderr
+    line = result.error_line()
+    assert "some-org/not-downloaded-model is not a local folder nor in the Hugging Face cache" in line
+    assert "HF_HUB_OFFLINE" in line
+    assert elapsed < FAST_S, f"took {elapsed:.1f} s"
