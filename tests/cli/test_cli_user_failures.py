@@ -131,3 +131,18 @@ def test_a_hub_id_while_offline_names_the_offline_switch(trinity: Runner, tmp_pa
     assert "some-org/not-downloaded-model is not a local folder nor in the Hugging Face cache" in line
     assert "HF_HUB_OFFLINE" in line
     assert elapsed < FAST_S, f"took {elapsed:.1f} s"
+
+
+def test_a_hub_id_in_the_local_cache_passes_offline(trinity: Runner, tmp_path: Path) -> None:
+    home = tmp_path / "hf-home"
+    repo = home / "hub" / "models--some-org--cached-model"
+    (repo / "snapshots" / "abc").mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("abc", encoding="utf-8")
+    (repo / "snapshots" / "abc" / "config.json").write_text("{}", encoding="utf-8")
+    for model, warned in (("some-org/cached-model", False), ("some-org/other-model", True)):
+        text = GOOD.replace("ROOT/tiny\n  tiny: {}", model)
+        result = trinity("run", "--config", str(write(tmp_path, text)), "--dry-run", HF_HUB_OFFLINE="1",
+                         HF_HOME=str(home))
+        assert result.returncode == 0, result.stderr
+        assert (f"{model} is not a local folder nor in the Hugging Face cache" in result.stdout) is warned
