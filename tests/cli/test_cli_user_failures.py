@@ -146,3 +146,14 @@ def test_a_hub_id_in_the_local_cache_passes_offline(trinity: Runner, tmp_path: P
                          HF_HOME=str(home))
         assert result.returncode == 0, result.stderr
         assert (f"{model} is not a local folder nor in the Hugging Face cache" in result.stdout) is warned
+
+
+def test_a_task_file_with_a_broken_line_fails_before_ray(trinity: Runner, tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"question": "a", "answer": "a"}\n{"question": "b", "answer": \n', encoding="utf-8")
+    text = GOOD.replace("path: TASKS", f"path: {tasks}")
+    result, elapsed = _run(trinity, tmp_path, text)
+    assert result.returncode == 2, result.stderr
+    line = result.error_line()
+    assert f"buffer.explorer_input.taskset: {tasks} cannot be read (line 2 is not valid JSON" in line
+    assert elapsed < FAST_S, f"took {elapsed:.1f} s"
