@@ -120,6 +120,32 @@ def test_a_save_into_a_folder_it_may_not_write_names_the_permission(
     assert one_line(message) == message and caught.value.exit_code == EXIT_USAGE
 
 
+def test_a_save_without_room_for_another_checkpoint_fails_before_writing(
+        tiny_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The free space is faked (a real small filesystem needs root): 1 KiB, less than the first checkpoint."""
+    import shutil
+
+    folder = tmp_path / "checkpoints"
+    plan = make_trainer_plan(tiny_path, tmp_path, "sft", world_size=1, micro_batch_size=4)
+    trainer = FSDPTrainer(plan, world_size=1, in_process=True, checkpoint_dir=folder)
+    try:
+        data = make_experiences(groups=1, group_size=3, seed=6)
+        trainer.train_step(data)
+        first = Path(trainer.save_checkpoint())
+        usage = shutil.disk_usage(folder)
+        monkeypatch.setattr(shutil, "disk_usage", lambda path: usage._replace(free=1024))
+        trainer.train_step(data)
+        with pytest.raises(CheckpointWriteError) as caught:
+            trainer.save_checkpoint()
+    finally:
+        monkeypatch.undo()
+        trainer.shutdown()
+    message = str(caught.value)
+    assert "No space left on device" in message and "nothing was written" in message
+    assert f"the latest complete checkpoint is still {first}" in message and one_line(message) == message
+    assert sorted(entry.name for entry in folder.iterdir()) == ["latest", first.name]
+
+
 def test_a_damaged_checkpoint_fails_the_resume_with_one_line(
         tiny_path: Path, tmp_path: Path) -> None:
     plan = make_trainer_plan(tiny_path, tmp_path, "sft", world_size=1, micro_batch_size=4)

@@ -75,6 +75,27 @@ def disk_write_problem(exc: BaseException, folder: Path) -> OSError | None:
     return None
 
 
+def folder_bytes(folder: Path) -> int:
+    """Return the total size of the files under ``folder`` (0 when it does not exist)."""
+    return sum(entry.stat().st_size for entry in folder.rglob("*") if entry.is_file())
+
+
+def room_problem(root: Path) -> str | None:
+    """Return why ``root`` has no room for another checkpoint as large as its latest, or None when it has.
+
+    Costs a ``statvfs`` and a walk of the latest checkpoint's files; with no
+    checkpoint yet there is nothing to measure and the answer is None.
+    """
+    latest = CheckpointDir(root).latest()
+    if latest is None:
+        return None
+    needed, free = folder_bytes(latest), shutil.disk_usage(root).free
+    if free >= needed:
+        return None
+    return (f"No space left on device: {root} has {free / 2**20:.1f} MiB free and the checkpoint needs about "
+            f"{needed / 2**20:.1f} MiB (the size of {latest.name})")
+
+
 def innermost_message(exc: BaseException) -> str:
     """Return ``Type: first line`` of the deepest exception behind ``exc`` (what actually went wrong)."""
     last = exc
