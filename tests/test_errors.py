@@ -24,10 +24,11 @@ BAD_INPUT = [
     buffer_errors.TaskFileError, buffer_errors.DatasetError, buffer_errors.FormatError,
     buffer_errors.ChatTemplateError, buffer_errors.TaskPositionError,
     device_errors.UnknownBackendError, device_errors.InvalidDeviceRequestError, device_errors.ConflictingChoiceError,
+    CheckpointWriteError,
 ]
 RUN_FAILED = [
     buffer_errors.StorageError, buffer_errors.StorageTimeoutError, buffer_errors.BufferExhaustedError,
-    SyncError, SyncTimeoutError, CheckpointError, CheckpointWriteError,
+    SyncError, SyncTimeoutError, CheckpointError,
     device_errors.BackendUnavailableError, device_errors.BackendLoadError, device_errors.CollectiveGroupError,
     device_errors.UnsupportedDtypeError, PlacementError,
 ]

@@ -4,14 +4,18 @@ Every family of user-facing errors (config, data, Ray connection, device
 choice, storage, sync, checkpoints, command line) derives from
 :class:`TrinityError`. The command line prints its message as one line and
 exits with its :attr:`~TrinityError.exit_code`; nothing else needs to know
-which classes exist. Importing this module imports nothing else.
+which classes exist. Importing this module imports only the standard library.
 """
 
 from __future__ import annotations
 
-#: Exit status of a run or command that started correctly and then failed (a failed check, a full disk).
+import errno
+import os
+from collections.abc import Iterator
+
+#: Exit status of a run or command that started correctly and then failed (a failed check, a lost engine).
 EXIT_FAILURE = 1
-#: Exit status of bad input the user can fix: a wrong argument, an unknown name, a missing file or folder.
+#: Exit status of a cause the user can fix: a wrong argument, an unknown name, a missing file or folder, a full disk.
 EXIT_USAGE = 2
 
 
@@ -47,3 +51,43 @@ def carried_error(exc: TrinityError) -> TrinityError:
     """
     cause = getattr(exc, "cause", None)
     return cause if isinstance(cause, TrinityError) else exc
+
+
+#: errno values of a failed write that the user fixes on the filesystem (space, quota, read-only, permissions).
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES})
+
+
+def error_chain(exc: BaseException) -> Iterator[BaseException]:
+    """Yield ``exc`` and every exception behind it: causes, contexts, a Ray task's cause, DCP's per-rank failures."""
+    pending, seen = [exc], set()
+    while pending:
+        current = pending.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        pending.extend(e for e in (getattr(current, "cause", None), current.__cause__, current.__context__)
+                       if isinstance(e, BaseException))
+        failures = getattr(current, "failures", None)
+        if isinstance(failures, dict):
+            pending.extend(f[0] for f in failures.values()
+                           if isinstance(f, tuple) and f and isinstance(f[0], BaseException))
+
+
+def storage_error(exc: BaseException) -> OSError | None:
+    """Return the full-disk / quota / read-only / permission OSError behind ``exc``, or None when there is none."""
+    for error in error_chain(exc):
+        if isinstance(error, OSError) and error.errno in STORAGE_ERRNOS:
+            return error
+    return None
+
+
+def describe_storage_error(error: OSError) -> str:
+    """Return one line naming what ``error`` means, the path it hit, and what to do about it."""
+    meaning = error.strerror or os.strerror(error.errno or 0)
+    where = f" writing {error.filename}" if error.filename else ""
+    fix = ("make it writable for this user or point checkpoint_root_dir at a folder that is"
+           if error.errno in (errno.EACCES, errno.EROFS)
+           else "free space there or point checkpoint_root_dir at a folder with room")
+    return (f"{meaning} (errno {errno.errorcode.get(error.errno or 0, error.errno)}){where}; files written before "
+            f"(complete checkpoints included) are intact; {fix}, then rerun the same command to resume")

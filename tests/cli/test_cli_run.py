@@ -75,7 +75,9 @@ def test_a_model_path_that_is_not_a_model_fails_before_ray_starts(trinity: Runne
 def test_a_model_folder_transformers_cannot_load_is_one_line(trinity: Runner, tmp_path: Path) -> None:
     broken = tmp_path / "broken"
     broken.mkdir()
-    (broken / "config.json").write_text('{"model_type": "qwen2"}', encoding="utf-8")  # no weights, no tokenizer
+    (broken / "config.json").write_text('{"model_type": "qwen2"}', encoding="utf-8")
+    (broken / "model.safetensors").write_bytes(b"x")
+    (broken / "tokenizer.json").write_text("not json", encoding="utf-8")  # every file is there; transformers fails
     text = GOOD.replace("ROOT/tiny\n  tiny: {}", "ROOT/broken") + "cluster:\n  ray_address: local\n"
     result = trinity("run", "--config", str(write(tmp_path, text)), timeout=240)
     assert result.returncode == 2, result.stderr

@@ -21,7 +21,7 @@ import pytest
 
 from tests.trainer.support import make_experiences, make_trainer_plan
 from trinity.cli.main import one_line
-from trinity.errors import EXIT_FAILURE, carried_error
+from trinity.errors import EXIT_USAGE, carried_error
 from trinity.trainer.checkpoint import STATE_FILE, CheckpointDir, CheckpointError, CheckpointWriteError
 from trinity.trainer.manifest import MANIFEST_FILE, STATE_MANIFEST_KEY
 from trinity.trainer.trainer import FSDPTrainer
@@ -90,9 +90,62 @@ def test_a_save_on_a_full_disk_names_it_and_keeps_the_older_checkpoint(
     message = str(caught.value)
     assert "No space left on device" in message and str(folder / "checkpoints") in message
     assert f"the latest complete checkpoint is still {first}" in message
-    assert one_line(message) == message and caught.value.exit_code == EXIT_FAILURE
+    assert one_line(message) == message and caught.value.exit_code == EXIT_USAGE
     assert CheckpointDir(folder / "checkpoints").latest() == first
     assert (first / STATE_FILE).read_text(encoding="utf-8") == state
+
+
+def test_a_save_into_a_folder_it_may_not_write_names_the_permission(
+        tiny_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Root writes anywhere, so the refusal is injected: files opened for writing there raise EACCES."""
+    folder = tmp_path / "checkpoints"
+    plan = make_trainer_plan(tiny_path, tmp_path, "sft", world_size=1, micro_batch_size=4)
+    trainer = FSDPTrainer(plan, world_size=1, in_process=True, checkpoint_dir=folder)
+    real_open = builtins.open
+
+    def refusing_open(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        if isinstance(file, (str, os.PathLike)) and str(file).startswith(str(folder)) and set(mode) & set("wax+"):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(file))
+        return real_open(file, mode, *args, **kwargs)
+
+    try:
+        trainer.train_step(make_experiences(groups=1, group_size=3, seed=5))
+        monkeypatch.setattr(builtins, "open", refusing_open)
+        monkeypatch.setattr(io, "open", refusing_open)
+        with pytest.raises(CheckpointWriteError) as caught:
+            trainer.save_checkpoint()
+    finally:
+        monkeypatch.undo()
+        trainer.shutdown()
+    message = str(caught.value)
+    assert "Permission denied" in message and str(folder) in message and "no checkpoint was saved" in message
+    assert one_line(message) == message and caught.value.exit_code == EXIT_USAGE
+
+
+def test_a_save_without_room_for_another_checkpoint_fails_before_writing(
+        tiny_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The free space is faked (a real small filesystem needs root): 1 KiB, less than the first checkpoint."""
+    import shutil
+
+    folder = tmp_path / "checkpoints"
+    plan = make_trainer_plan(tiny_path, tmp_path, "sft", world_size=1, micro_batch_size=4)
+    trainer = FSDPTrainer(plan, world_size=1, in_process=True, checkpoint_dir=folder)
+    try:
+        data = make_experiences(groups=1, group_size=3, seed=6)
+        trainer.train_step(data)
+        first = Path(trainer.save_checkpoint())
+        usage = shutil.disk_usage(folder)
+        monkeypatch.setattr(shutil, "disk_usage", lambda path: usage._replace(free=1024))
+        trainer.train_step(data)
+        with pytest.raises(CheckpointWriteError) as caught:
+            trainer.save_checkpoint()
+    finally:
+        monkeypatch.undo()
+        trainer.shutdown()
+    message = str(caught.value)
+    assert "No space left on device" in message and "nothing was written" in message
+    assert f"the latest complete checkpoint is still {first}" in message and one_line(message) == message
+    assert sorted(entry.name for entry in folder.iterdir()) == ["latest", first.name]
 
 
 def test_a_damaged_checkpoint_without_manifest_fails_the_resume_with_one_line(

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -58,6 +58,8 @@ IGNORED_FILES = {"README.md", "config.json", "dataset_info.json", "dataset_infos
 #: ``datasets`` split keywords, in its split order.
 SPLIT_KEYWORDS = {"train": ("train", "training"), "validation": ("validation", "valid", "dev", "val"),
                   "test": ("test", "testing", "eval", "evaluation")}
+#: JSON Lines files up to this size are parsed whole before a run, so a broken line fails before Ray starts.
+JSONL_FULL_CHECK_BYTES = 64 << 20
 _SEP = "[-._ 0-9]"
 _DIR_PATTERNS = ("**/{k}/**", "**/{k}" + _SEP + "*/**", "**/*" + _SEP + "{k}/**", "**/*" + _SEP + "{k}" + _SEP + "*/**")
 _FILE_PATTERNS = ("**/{k}" + _SEP + "*", "**/*" + _SEP + "{k}" + _SEP + "*")
@@ -198,7 +200,7 @@ def _json_first(file: Path) -> dict[str, Any] | None:
             first = rows[0]
             return first if isinstance(first, dict) else {"text": first}
         handle.seek(0)
-        for raw in handle:
+        for number, raw in enumerate(handle, start=1):
             line = raw.lstrip(b"\xef\xbb\xbf").strip()
             if not line:
                 continue
@@ -206,8 +208,26 @@ def _json_first(file: Path) -> dict[str, Any] | None:
                 record = json.loads(line)
             except ValueError:
                 return None
-            return record if isinstance(record, dict) else None
+            if not isinstance(record, dict):
+                return None
+            if file.stat().st_size <= JSONL_FULL_CHECK_BYTES:
+                _check_json_lines(handle, number)
+            return record
     return {}
+
+
+def _check_json_lines(lines: Iterable[bytes], first: int) -> None:
+    """Parse the lines after line ``first``; raises ValueError naming the first that is not a JSON object."""
+    for number, raw in enumerate(lines, start=first + 1):
+        line = raw.strip()
+        if not line:
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as exc:
+            raise ValueError(f"line {number} is not valid JSON: {exc}") from None
+        if not isinstance(record, dict):
+            raise ValueError(f"line {number} is a JSON {type(record).__name__}, not an object")
 
 
 def _arrow_columns(file: Path) -> tuple[list[str], bool]:

@@ -114,10 +114,11 @@ def read_cluster(address: str | None, environ: Mapping[str, str] | None = None) 
                 f"{origin}=auto: no running local Ray cluster (none recorded, or it does not answer); "
                 "`trinity run` would start one here, so the local probe decides"))
         target = live
-    if not target.startswith("ray://") and not ray_connect.reachable(target, REACH_TIMEOUT_S):
+    problem = None if target.startswith("ray://") else ray_connect.gcs_problem(target, REACH_TIMEOUT_S)
+    if problem is not None:
         raise CLIError(
-            f"no Ray cluster answers at {target!r} (from {origin}); check the host:port (`ray status` on the "
-            f"head node prints it), or leave out {origin} to see this machine alone", EXIT_USAGE,
+            f"no Ray cluster answers at {target!r} (from {origin}): {problem}; check the host:port (`ray status` "
+            f"on the head node prints it), or leave out {origin} to see this machine alone", EXIT_USAGE,
         )
     return _read(target, origin, requested[0])
 

@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 
 from trinity.cli import backends, checkpoints, run
 from trinity.cli.errors import UsageError
-from trinity.errors import EXIT_FAILURE, TrinityError, carried_error
+from trinity.errors import EXIT_FAILURE, EXIT_USAGE, TrinityError, carried_error, describe_storage_error, storage_error
 
 PROG = "trinity"
 #: Set to ``1`` to get the traceback of an error along with its one line.
@@ -168,6 +168,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the one place every remaining error is turned into a line
         if debug:
             traceback.print_exc()
+        disk = storage_error(exc)
+        if disk is not None:  # a full, read-only or forbidden filesystem is the user's to fix, not a bug
+            _error(f"the run stopped: {describe_storage_error(disk)}")
+            return EXIT_USAGE
         hint = "" if debug else f"; rerun with {DEBUG_ENV}=1 to see the traceback"
         _error(f"unexpected {type(exc).__name__}: {exc} (this is a bug in trinity or a backend plugin{hint})")
         return EXIT_FAILURE

@@ -57,6 +57,42 @@ def reachable(address: str, timeout_s: float = 1.0) -> bool:
     return _answers(address, timeout_s)
 
 
+#: What an HTTP/2 client sends first: the fixed preface, then an empty SETTINGS frame.
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+#: Frame type of an HTTP/2 SETTINGS frame, the first frame every HTTP/2 (gRPC) server sends.
+_H2_SETTINGS = 4
+
+
+def gcs_problem(address: str, timeout_s: float = 2.0) -> str | None:
+    """Return why ``address`` (``host:port``) is not a Ray cluster's GCS, or None when it answers like one.
+
+    Ray's GCS is a gRPC server, so it answers an HTTP/2 preface with a
+    SETTINGS frame. Nothing listening, a listener that stays silent for
+    ``timeout_s``, or one that answers anything else is a problem; the probe
+    never waits longer than about ``timeout_s``.
+    """
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s) as sock:
+            sock.settimeout(timeout_s)
+            sock.sendall(_H2_PREFACE)
+            header = b""
+            while len(header) < 9:
+                chunk = sock.recv(9 - len(header))
+                if not chunk:
+                    break
+                header += chunk
+    except ValueError:
+        return "it is not a host:port address"
+    except TimeoutError:
+        return f"something listens there but did not answer as a Ray cluster within {timeout_s:g} s"
+    except OSError as exc:
+        return f"nothing answers there ({exc.strerror or exc})"
+    if len(header) == 9 and header[3] == _H2_SETTINGS:
+        return None
+    return "something listens there but it is not a Ray cluster (it does not speak Ray's gRPC protocol)"
+
+
 def running_local_cluster() -> str | None:
     """Return the GCS address of a live local cluster recorded by Ray, or None."""
     try:
@@ -64,6 +100,25 @@ def running_local_cluster() -> str | None:
     except OSError:
         return None
     return address if address and _answers(address) else None
+
+
+def check_address(address: str = "") -> None:
+    """Raise :class:`RayConnectionError` when ``address`` (else ``RAY_ADDRESS``) names a cluster that is not there.
+
+    Empty, ``local`` and ``auto`` name no cluster and pass, as does a
+    ``ray://`` client address (not probed); the check takes about two
+    seconds at most.
+    """
+    target = address or os.environ.get("RAY_ADDRESS", "")
+    if not target or target in ("local", "auto") or target.startswith("ray://"):
+        return
+    problem = gcs_problem(target)
+    if problem is not None:
+        raise RayConnectionError(
+            f"no Ray cluster answers at {target!r}: {problem}; check cluster.ray_address / RAY_ADDRESS "
+            "(`ray status` on the head node prints the address), or leave cluster.ray_address empty to start "
+            "a local cluster"
+        )
 
 
 def connect(address: str = "", num_cpus: int | None = None,
@@ -82,12 +137,7 @@ def connect(address: str = "", num_cpus: int | None = None,
     target = address or os.environ.get("RAY_ADDRESS", "")
     kwargs = {"include_dashboard": False, "logging_level": "WARNING", "log_to_driver": True, **init_kwargs}
     if target and target not in ("local", "auto"):
-        if not target.startswith("ray://") and not _answers(target, timeout_s=5.0):
-            raise RayConnectionError(
-                f"no Ray cluster answers at {target!r} (nothing listens on that host:port); check "
-                "cluster.ray_address / RAY_ADDRESS and that `ray status` works there, or leave "
-                "cluster.ray_address empty to start a local cluster"
-            )
+        check_address(target)
         try:
             ray.init(address=target, **kwargs)
         except Exception as exc:  # noqa: BLE001 - Ray raises many types here

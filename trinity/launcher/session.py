@@ -12,7 +12,7 @@ from pathlib import Path
 from trinity import device
 from trinity.common.config.plan.run import RunPlan
 from trinity.common.config.validator import Layout, resolve_layout
-from trinity.common.ray_connect import RayConnection, connect, disconnect
+from trinity.common.ray_connect import RayConnection, check_address, connect, disconnect
 from trinity.device.selection import Selection
 from trinity.launcher.run_lock import RunFolderLock, is_lock_file, lock_run_folder
 
@@ -79,6 +79,7 @@ def open_session(plan: RunPlan) -> Session:
         undo.callback(lock.release)
         preflight(plan)  # files and folders, before Ray starts: one line on the first problem
         check_named_backend(plan)  # a dtype an explicitly chosen device cannot compute in, before Ray starts
+        check_address(plan.cluster.ray_address)  # an address where no Ray cluster listens, before the model is built
         model = plan.model
         if model.tiny is not None and not (Path(model.path) / "config.json").is_file():
             from trinity.common.models.tiny import build_tiny_model

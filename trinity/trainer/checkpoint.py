@@ -21,16 +21,14 @@ manifest so a resume never loads a damaged checkpoint.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import re
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from trinity.errors import EXIT_USAGE, TrinityError
+from trinity.errors import EXIT_USAGE, STORAGE_ERRNOS, TrinityError, error_chain
 from trinity.trainer.manifest import STATE_MANIFEST_KEY, Verdict, verify, write_manifest
 from trinity.utils.fs import fsync_dir, fsync_tree, write_text_atomic
 
@@ -45,30 +43,15 @@ class CheckpointError(TrinityError, RuntimeError):
 
 
 class CheckpointWriteError(CheckpointError):
-    """A checkpoint could not be written because the disk is full, read-only or over quota."""
+    """A checkpoint could not be written: the disk is full, read-only, over quota or not writable (exit status 2)."""
+
+    exit_code = EXIT_USAGE
 
 
 #: errno values of a failed write that the user fixes on the filesystem, not in trinity.
-DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EDQUOT})
+DISK_ERRNOS = STORAGE_ERRNOS
 #: Bytes :func:`disk_write_problem` writes to find out whether the checkpoint folder still takes data.
 PROBE_BYTES = 1 << 20
-
-
-def error_chain(exc: BaseException) -> Iterator[BaseException]:
-    """Yield ``exc`` and every exception behind it: causes, contexts, a Ray task's cause, DCP's per-rank failures."""
-    pending, seen = [exc], set()
-    while pending:
-        current = pending.pop(0)
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        yield current
-        pending.extend(e for e in (getattr(current, "cause", None), current.__cause__, current.__context__)
-                       if isinstance(e, BaseException))
-        failures = getattr(current, "failures", None)
-        if isinstance(failures, dict):
-            pending.extend(f[0] for f in failures.values()
-                           if isinstance(f, tuple) and f and isinstance(f[0], BaseException))
 
 
 def disk_write_problem(exc: BaseException, folder: Path) -> OSError | None:
@@ -93,6 +76,27 @@ def disk_write_problem(exc: BaseException, folder: Path) -> OSError | None:
     finally:
         probe.unlink(missing_ok=True)
     return None
+
+
+def folder_bytes(folder: Path) -> int:
+    """Return the total size of the files under ``folder`` (0 when it does not exist)."""
+    return sum(entry.stat().st_size for entry in folder.rglob("*") if entry.is_file())
+
+
+def room_problem(root: Path) -> str | None:
+    """Return why ``root`` has no room for another checkpoint as large as its latest, or None when it has.
+
+    Costs a ``statvfs`` and a walk of the latest checkpoint's files; with no
+    checkpoint yet there is nothing to measure and the answer is None.
+    """
+    latest = CheckpointDir(root).latest()
+    if latest is None:
+        return None
+    needed, free = folder_bytes(latest), shutil.disk_usage(root).free
+    if free >= needed:
+        return None
+    return (f"No space left on device: {root} has {free / 2**20:.1f} MiB free and the checkpoint needs about "
+            f"{needed / 2**20:.1f} MiB (the size of {latest.name})")
 
 
 def innermost_message(exc: BaseException) -> str:

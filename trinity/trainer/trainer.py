@@ -59,6 +59,7 @@ from trinity.trainer.checkpoint import (
     innermost_message,
     no_intact_checkpoint,
     resolve_checkpoint,
+    room_problem,
 )
 from trinity.trainer.fsdp_worker import FSDPWorker
 from trinity.trainer.manifest import verify
@@ -335,6 +336,7 @@ class FSDPTrainer:
         """
         if self.kl_controller is not None:
             extra = {**(extra or {}), KL_CONTROLLER: self.kl_controller.state_dict()}
+        self._check_room()
         try:
             paths = self._on_all("save_checkpoint", extra)
         except BaseException as exc:  # DCP reports a failed write as a BaseException
@@ -346,6 +348,16 @@ class FSDPTrainer:
         if mode == "always" or (mode == "last" and final):
             self.export_hf(paths[0])
         return str(paths[0])
+
+    def _check_room(self) -> None:
+        """Raise CheckpointWriteError before writing when the folder cannot hold another checkpoint like its latest."""
+        problem = room_problem(self.checkpoint_dir)
+        if problem is not None:
+            raise CheckpointWriteError(
+                f"cannot save the checkpoint of step {self.step}: {problem}; nothing was written and the latest "
+                f"complete checkpoint is still {CheckpointDir(self.checkpoint_dir).latest()}; free space there or "
+                "point checkpoint_root_dir at a folder with room, then rerun the same command to resume"
+            )
 
     def _raise_write_problem(self, exc: BaseException) -> None:
         """Raise CheckpointWriteError when a failed save was the disk's fault (full, read-only, over quota)."""

@@ -23,21 +23,61 @@ class Preflight:
     warnings: list[str] = field(default_factory=list)
 
 
-def check_model_path(path: str, where: str, *, tiny: bool = False) -> str | None:
+#: Patterns of the files that hold a model's weights, in any format transformers loads.
+WEIGHT_FILES = ("*.safetensors", "*.safetensors.index.json", "*.bin", "*.bin.index.json", "*.pt", "*.pth",
+                "*.h5", "*.msgpack", "*.gguf")
+#: Files of which a tokenizer needs at least one.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model",
+                   "sentencepiece.bpe.model", "tiktoken.model", "tokenizer.tiktoken")
+
+
+def missing_model_files(folder: Path, *, tokenizer: bool = True) -> list[str]:
+    """Return what a model folder lacks of ``config.json``, weights and (with ``tokenizer``) tokenizer files."""
+    missing = []
+    if not (folder / "config.json").is_file():
+        missing.append("config.json")
+    if not any(next(folder.glob(pattern), None) is not None for pattern in WEIGHT_FILES):
+        missing.append("weights (*.safetensors or *.bin)")
+    if tokenizer and not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        missing.append("tokenizer files (tokenizer.json, tokenizer.model or vocab.json)")
+    return missing
+
+
+def hub_cached(repo_id: str) -> bool:
+    """Return whether the local Hugging Face cache holds ``repo_id``'s ``config.json`` (loadable offline)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return False
+    try:
+        found = try_to_load_from_cache(repo_id, "config.json")
+    except Exception:  # noqa: BLE001 - a malformed id or cache means: not cached
+        return False
+    return isinstance(found, str)
+
+
+def check_model_path(path: str, where: str, *, tiny: bool = False, tokenizer: bool = True) -> str | None:
     """Return a warning for a model path that is not a local model folder, or None; raises ConfigError.
 
-    A local folder without ``config.json`` is not a model (ConfigError). A path
-    that does not exist is a hub id or a mistake: None when the hub answers
-    (transformers downloads it), else a one-line problem the caller raises or
-    reports. With ``tiny`` a missing folder is built at run time.
+    A local folder that lacks ``config.json``, weights or (with ``tokenizer``)
+    tokenizer files is not a model (ConfigError naming what is missing). A
+    path that does not exist is a hub id or a mistake: None when the model is
+    in the local Hugging Face cache or the hub answers (transformers downloads
+    it), else a one-line problem the caller raises or reports. With ``tiny`` a
+    missing folder is built at run time.
     """
-    from trinity.buffer.datasets import hub_reachable, looks_like_hub_id
+    from trinity.buffer.datasets import hub_reachable, looks_like_hub_id, offline_by_env
 
     folder = Path(path).expanduser()
     if folder.is_dir():
-        if not (folder / "config.json").is_file():
+        missing = missing_model_files(folder, tokenizer=tokenizer)
+        if "config.json" in missing:
             raise ConfigError(f"{where}: {path} is a folder but not a Hugging Face model (no config.json); point it "
                               "at a model folder")
+        if missing:
+            raise ConfigError(f"{where}: {path} is not a complete Hugging Face model folder: "
+                              f"no {' and no '.join(missing)}; copy the whole model there (`save_pretrained` of "
+                              "the model and its tokenizer) or point the path at one")
         return None
     if folder.exists():
         raise ConfigError(f"{where}: {path} is a file, not a Hugging Face model folder")
@@ -45,6 +85,12 @@ def check_model_path(path: str, where: str, *, tiny: bool = False) -> str | None
         return None
     if not looks_like_hub_id(path):
         raise ConfigError(f"{where}: {path} does not exist; point it at a Hugging Face model folder")
+    if hub_cached(path):
+        return None
+    if offline_by_env():
+        return (f"{where}: {path} is not a local folder nor in the Hugging Face cache, and HF_HUB_OFFLINE / "
+                "TRANSFORMERS_OFFLINE forbid downloading it; download it where the hub is reachable (e.g. "
+                "`huggingface-cli download <id>`) or point the path at a local model folder")
     if hub_reachable():
         return None
     return (f"{where}: {path} is not a local folder and the Hugging Face hub is not reachable; download the model "
@@ -82,7 +128,7 @@ def _preflight(plan: RunPlan, strict: bool, checker: Callable[..., str | None],
     report(check_model_path(plan.model.path, "model.model_path", tiny=plan.model.tiny is not None), plan.model.path)
     critic = plan.trainer.critic
     if critic is not None and critic.path != plan.model.path:
-        report(check_model_path(critic.path, "model.critic_model_path"), critic.path)
+        report(check_model_path(critic.path, "model.critic_model_path", tokenizer=False), critic.path)
     for aux in plan.explorer.auxiliary:
         report(check_model_path(aux.model_path, f"explorer.auxiliary_models ({aux.name}).model_path"), aux.model_path)
     buffer = plan.buffer
