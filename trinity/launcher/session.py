@@ -14,6 +14,7 @@ from trinity.common.config.plan.run import RunPlan
 from trinity.common.config.validator import Layout, resolve_layout
 from trinity.common.ray_connect import RayConnection, connect, disconnect
 from trinity.device.selection import Selection
+from trinity.utils import stop
 
 logger = logging.getLogger("trinity.launcher")
 
@@ -75,6 +76,7 @@ def open_session(plan: RunPlan) -> Session:
         connection = connect(plan.cluster.ray_address, namespace=plan.ray_namespace,
                              local_resources=lambda: device.local_ray_resources(plan.cluster.device))
         undo.callback(disconnect, connection)
+        stop.install()  # ray.init replaced the driver's SIGTERM handler with one that aborts the process
         resources = ray.cluster_resources()  # type: ignore[no-untyped-call]
         alive = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
         selection = device.select_backend(plan.cluster.device, cluster_resources=resources)
