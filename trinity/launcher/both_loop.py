@@ -134,7 +134,7 @@ class BothLoop:
         explorer = threading.Thread(target=self._explorer_main, name="trinity-explorer", daemon=True)
         explorer.start()
         try:
-            with stop.deferred() if plan.trainer.save_on_stop else contextlib.nullcontext():
+            with stop.deferred() if getattr(plan.trainer, "save_on_stop", False) else contextlib.nullcontext():
                 self._trainer_main()
         except BaseException:
             self._stop()
