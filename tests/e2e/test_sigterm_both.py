@@ -39,17 +39,18 @@ def _session_pids(session: int) -> list[int]:
     return pids
 
 
-def test_sigterm_saves_the_last_step_stops_everything_and_the_same_command_resumes(
-        tmp_path: Path, tiny_model: Path) -> None:
+def _config(tmp_path: Path, tiny_model: Path, save_on_stop: bool) -> Path:
     raw = job_config(tmp_path, tiny_model, **{
-        "buffer.total_steps": STEPS, "trainer.save_interval": 0, "trainer.save_on_stop": True,
+        "buffer.total_steps": STEPS, "trainer.save_interval": 0, "trainer.save_on_stop": save_on_stop,
         "cluster.gpu_per_node": 2, "synchronizer.verify_checksums": False, "buffer.explorer_input.eval_tasksets": [],
     })
     config_file = tmp_path / "job.yaml"
     config_file.write_text(yaml.safe_dump(raw))
-    run_dir = tmp_path / "ckpt" / "e2e" / "run"
-    log = tmp_path / "run.log"
+    return config_file
 
+
+def _terminate_after_step_2(config_file: Path, run_dir: Path, log: Path) -> None:
+    """Run the job, SIGTERM its driver once step 2 is logged; assert exit 143 and nothing of the run left."""
     first = run_cli(config_file, log, verbose=True)
     try:
         deadline = time.monotonic() + 300
@@ -74,6 +75,22 @@ def test_sigterm_saves_the_last_step_stops_everything_and_the_same_command_resum
     text = log.read_text()
     assert "C++" not in text and "Aborted" not in text
     assert text.rstrip().endswith("trinity: error: terminated (SIGTERM)")
+
+
+def test_sigterm_stops_everything_at_once_by_default(tmp_path: Path, tiny_model: Path) -> None:
+    run_dir = tmp_path / "ckpt" / "e2e" / "run"
+    _terminate_after_step_2(_config(tmp_path, tiny_model, save_on_stop=False), run_dir, tmp_path / "run.log")
+    assert "SIGTERM: stopping" not in (tmp_path / "run.log").read_text()
+    assert not list((run_dir / "checkpoints").glob("step-*")), "without save_on_stop nothing is saved on stop"
+
+
+def test_sigterm_saves_the_last_step_stops_everything_and_the_same_command_resumes(
+        tmp_path: Path, tiny_model: Path) -> None:
+    config_file = _config(tmp_path, tiny_model, save_on_stop=True)
+    run_dir = tmp_path / "ckpt" / "e2e" / "run"
+    log = tmp_path / "run.log"
+    _terminate_after_step_2(config_file, run_dir, log)
+    text = log.read_text()
     trained = [r["step"] for r in records(run_dir) if r["phase"] == "train"]
     stopped_at = trained[-1]
     assert 2 <= stopped_at < STEPS
