@@ -19,6 +19,7 @@ import yaml
 from trinity.common.config import parse_config
 from trinity.common.config.plan.run import resolve_run
 from trinity.launcher import run_plan
+from trinity.monitor import load_records
 from trinity.trainer.checkpoint import CheckpointDir
 
 REPO = Path(__file__).resolve().parents[2]
@@ -165,4 +166,15 @@ def test_killed_run_resumes_without_losing_or_repeating_a_step(tmp_path: Path, t
     assert explore_steps == expected, "it explores exactly the batches after the checkpoint: none lost, none redone"
     state = json.loads((run_dir / "checkpoints" / "step-5" / "trainer_state.json").read_text())
     assert state["step"] == 5 and state["extra"]["tasks"]["step"] == 5
+    marker = resumed[0]  # the resumed run's first line marks the resume
+    assert (marker["phase"], marker["resumed_from_step"], marker["resumed_from"]) == ("resume", saved,
+                                                                                      {"explore": saved})
+    assert marker["run_id"]
+    if killed_at > saved:  # the killed run's rows of the steps after its checkpoint stay in the file...
+        assert [r["step"] for r in records(run_dir) if r["phase"] == "train"].count(saved + 1) == 2
+    current = load_records(run_dir / "metrics.jsonl")  # ...and the reader shows each step once, the resumed run's
+    assert [r.step for r in current if r.phase == "train"] == [1, 2, 3, 4, 5]
+    assert [r.step for r in current if r.phase == "explore"] == [1, 2, 3, 4, 5]
+    assert [r.time for r in current if r.phase == "train"][saved:] == [r["time"] for r in resumed
+                                                                       if r["phase"] == "train"]
     shutil.rmtree(tmp_path / "ckpt", ignore_errors=True)

@@ -12,7 +12,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
@@ -20,6 +22,7 @@ from typing import Any, NoReturn
 from trinity.cli import backends, checkpoints, run
 from trinity.cli.errors import UsageError
 from trinity.errors import EXIT_FAILURE, EXIT_USAGE, TrinityError, carried_error, describe_storage_error, storage_error
+from trinity.utils import stop
 
 PROG = "trinity"
 #: Set to ``1`` to get the traceback of an error along with its one line.
@@ -149,6 +152,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``trinity`` command line on ``argv`` (``sys.argv[1:]`` when None); return the exit status."""
     debug = os.environ.get(DEBUG_ENV) == "1"
     _tolerate_unencodable_output()
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    stop.reset()
+    stop.install()  # before Ray starts; the session installs it again after ray.init replaced it
     try:
         return _run(argv)
     except TrinityError as exc:
@@ -157,6 +163,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         known = carried_error(exc)
         _error(str(known))
         return known.exit_code
+    except stop.Terminated:
+        _error("terminated (SIGTERM)")
+        return stop.EXIT_TERMINATED
     except KeyboardInterrupt:
         _error("interrupted")
         return EXIT_INTERRUPTED
@@ -175,6 +184,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         hint = "" if debug else f"; rerun with {DEBUG_ENV}=1 to see the traceback"
         _error(f"unexpected {type(exc).__name__}: {exc} (this is a bug in trinity or a backend plugin{hint})")
         return EXIT_FAILURE
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
 
 if __name__ == "__main__":

@@ -108,6 +108,7 @@ def run_both(session: Session) -> None:
             loop.restore(resumed["extra"] or {})
             logger.info("resumed from %s at step %d; exploring from batch %d", resumed["path"], resumed["step"],
                         tasks.position.step + 1)
+            monitor.mark_resume(resumed["step"], {"explore": tasks.position.step})
         loop.run(resumed is not None)
 
 

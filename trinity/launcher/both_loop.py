@@ -45,6 +45,7 @@ warns).
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import threading
 import time
@@ -54,6 +55,7 @@ from trinity.buffer.errors import BufferExhaustedError, StorageError
 from trinity.launcher.evaluation import evaluate
 from trinity.launcher.session import Session
 from trinity.launcher.steps import explore_metrics, training_tasks
+from trinity.utils import stop
 
 logger = logging.getLogger("trinity.launcher")
 
@@ -132,7 +134,8 @@ class BothLoop:
         explorer = threading.Thread(target=self._explorer_main, name="trinity-explorer", daemon=True)
         explorer.start()
         try:
-            self._trainer_main()
+            with stop.deferred() if getattr(plan.trainer, "save_on_stop", False) else contextlib.nullcontext():
+                self._trainer_main()
         except BaseException:
             self._stop()
             explorer.join(_STOP_GRACE_S)
@@ -254,14 +257,32 @@ class BothLoop:
     # -- the trainer (main thread) ------------------------------------------------------------------------
 
     def _trainer_main(self) -> None:
-        while not self._trainer_done():
+        while not self._trainer_done() and not stop.requested():
             groups = self._wait_for_batch()
             if groups is None:
-                break  # the tasks ran out
+                break  # the tasks ran out (or a stop was requested)
             if not groups:
                 self._skip()
             elif not self._train(groups):
                 break  # the strategy dropped every group left as stale, and no more will come
+        if stop.requested():
+            self._save_on_stop()
+            raise stop.Terminated()
+
+    def _save_on_stop(self) -> None:
+        """Checkpoint the last whole step (unless it has one already) and log what the stop kept."""
+        from trinity.trainer.checkpoint import CheckpointDir
+
+        step = int(self.trainer.step)
+        saved = CheckpointDir(self.trainer.checkpoint_dir).complete_steps()
+        if step == 0:
+            logger.warning("SIGTERM: stopping before the first step; nothing to save")
+        elif step in saved:
+            logger.warning("SIGTERM: stopping after step %d, whose checkpoint was already saved", step)
+        else:
+            path = self.trainer.save_checkpoint(self.checkpoint_state())
+            logger.warning("SIGTERM: stopping after step %d; saved its checkpoint %s (the same command resumes "
+                           "from it)", step, path)
 
     def _trainer_done(self) -> bool:
         limit = self.plan.trainer.total_steps
@@ -274,6 +295,8 @@ class BothLoop:
                 while True:
                     if self.error is not None:
                         raise self.error
+                    if stop.requested():
+                        return None
                     if self.sync_requested:
                         self.cond.release()
                         try:

@@ -108,6 +108,8 @@ def _explore(session: Session, tasks: Any, storage: Any, state_file: Path) -> No
         scheduler = scheduler_for(session, engines)
         monitor = monitor_for(session, session.plan.buffer.total_steps)
         stack.callback(monitor.close)
+        if tasks.position.step:  # continuing after the explorer state of an earlier run
+            monitor.mark_resume(tasks.position.step)
         write_device_record(session, engines=engines)
         _explore_batches(session, tasks, engines=engines, scheduler=scheduler, pipeline=pipeline, monitor=monitor,
                          state_file=state_file)

@@ -15,6 +15,7 @@ from trinity.common.config.validator import Layout, resolve_layout
 from trinity.common.ray_connect import RayConnection, check_address, connect, disconnect
 from trinity.device.selection import Selection
 from trinity.launcher.run_lock import RunFolderLock, is_lock_file, lock_run_folder
+from trinity.utils import stop
 
 logger = logging.getLogger("trinity.launcher")
 
@@ -89,6 +90,7 @@ def open_session(plan: RunPlan) -> Session:
         connection = connect(plan.cluster.ray_address, namespace=plan.ray_namespace,
                              local_resources=lambda: device.local_ray_resources(plan.cluster.device))
         undo.callback(disconnect, connection)
+        stop.install()  # ray.init replaced the driver's SIGTERM handler with one that aborts the process
         resources = ray.cluster_resources()  # type: ignore[no-untyped-call]
         alive = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
         selection = device.select_backend(plan.cluster.device, cluster_resources=resources)

@@ -92,6 +92,8 @@ def run_train(session: Session) -> None:
         stack.callback(publish.close)
         monitor = monitor_for(session, steps)
         stack.callback(monitor.close)
+        if resumed is not None:
+            monitor.mark_resume(resumed["step"])
         stack.callback(write_ray_timeline, session)
         saved = published = trainer.step
         if trainer.step and read_version(sync_path) != trainer.step:  # stopped between its checkpoint and publishing

@@ -3,7 +3,9 @@
 Each line is handed to the operating system as it is written, so a process
 that dies (even by SIGKILL) loses nothing it logged. A restarted run appends
 to the same file; a last line cut short by a crash is ended first so that it
-cannot swallow the next record.
+cannot swallow the next record. A resumed run first writes a resume marker
+(:func:`~trinity.monitor.records.resume_marker`): the rows before it for steps
+after the checkpoint are superseded (:func:`~trinity.monitor.records.current_records`).
 """
 
 from __future__ import annotations
@@ -49,6 +51,10 @@ class JsonlSink(Sink):
         """Write ``record`` as one line and hand it to the operating system at once."""
         self._file.write(record.to_json() + "\n")
         self._file.flush()
+
+    def resume(self, marker: MetricRecord) -> None:
+        """Write the resume marker, so readers drop the rows it supersedes."""
+        self.log(marker)
 
     def flush(self) -> None:
         """Flush and ask the operating system to put the file on disk."""

@@ -17,6 +17,7 @@ import logging
 import numbers
 import threading
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -27,7 +28,7 @@ from trinity.common.config.plan.run import MonitorPlan, RunPlan
 # The sink modules register themselves in MONITOR_SINKS when imported.
 from trinity.monitor import console_sink, jsonl_sink, tensorboard_sink, wandb_sink  # noqa: F401
 from trinity.monitor.keys import METRICS_FILE, REWARD_PLOT_FILE
-from trinity.monitor.records import MetricRecord, to_metrics
+from trinity.monitor.records import MetricRecord, resume_marker, to_metrics
 from trinity.monitor.sink import MONITOR_SINKS, MonitorError, Sink, SinkContext
 
 logger = logging.getLogger(__name__)
@@ -101,6 +102,8 @@ class Monitor:
         self._closed = False
         #: The reward curve, once :meth:`close` has drawn it.
         self.plot_path: Path | None = None
+        #: This process's run of the job (a resumed job gets a new one), as resume markers name it.
+        self.run_id = uuid.uuid4().hex[:12]
 
     @classmethod
     def for_run(cls, plan: RunPlan, **kwargs: Any) -> Monitor:
@@ -144,6 +147,22 @@ class Monitor:
                     sink.log(record)
                 except Exception as exc:  # noqa: BLE001 - a broken sink must not stop the run; reported below
                     self._drop(sink_name, sink, exc)
+
+    def mark_resume(self, step: int, phases: Mapping[str, int] | None = None) -> MetricRecord:
+        """Record that this run resumed after ``step`` (``phases``: other phases' resume points); return the marker.
+
+        Call before the first :meth:`log`. The metrics file gets a ``resume``
+        record carrying this run's id; rows logged earlier for later steps are
+        superseded (readers drop them), and TensorBoard purges them.
+        """
+        marker = resume_marker(step, self.run_id, phases, when=time.time())
+        with self._lock:
+            for sink_name, sink in list(self._sinks.items()):
+                try:
+                    sink.resume(marker)
+                except Exception as exc:  # noqa: BLE001 - as in log()
+                    self._drop(sink_name, sink, exc)
+        return marker
 
     def flush(self) -> None:
         """Push every sink's buffered data to its destination."""

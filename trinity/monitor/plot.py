@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trinity.monitor.keys import PHASE_EVAL, REWARD_MEAN, REWARD_PLOT_FILE, TRAIN_PHASES
-from trinity.monitor.records import MetricRecord, iter_records
+from trinity.monitor.records import MetricRecord, load_records
 
 #: Size of the image in inches, and its resolution.
 FIGURE_SIZE = (8.0, 4.5)
@@ -87,7 +87,7 @@ def plot_reward_curve(
     if isinstance(source, (str, Path)):
         if out_path is None:
             out_path = Path(source).parent / REWARD_PLOT_FILE
-        records: Iterable[MetricRecord] = iter_records(source)
+        records: Iterable[MetricRecord] = load_records(source)
     else:
         if out_path is None:
             raise ValueError("out_path is required when plotting records from memory")

@@ -6,7 +6,7 @@ import json
 import logging
 import math
 import numbers
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,10 @@ def to_metrics(metrics: Mapping[str, Any]) -> dict[str, MetricValue]:
     return out
 
 
+#: The fields every line has; anything else is kept in :attr:`MetricRecord.extra`.
+_FIELDS = frozenset({"step", "phase", "time", "metrics"})
+
+
 @dataclass(frozen=True)
 class MetricRecord:
     """What one ``Monitor.log`` call logged."""
@@ -58,11 +62,13 @@ class MetricRecord:
     time: float
     #: Metric name to value.
     metrics: Mapping[str, MetricValue] = field(default_factory=dict)
+    #: Further top-level fields of the line (a resume marker's ``run_id`` and ``resumed_from_step``).
+    extra: Mapping[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
         """Return the record as one line of strict JSON (no newline; non-finite values as ``null``)."""
         values = {k: (v if isinstance(v, int) or math.isfinite(v) else None) for k, v in self.metrics.items()}
-        data = {"step": self.step, "phase": self.phase, "time": round(self.time, 6), "metrics": values}
+        data = {**self.extra, "step": self.step, "phase": self.phase, "time": round(self.time, 6), "metrics": values}
         return json.dumps(data, allow_nan=False, ensure_ascii=False)
 
     @classmethod
@@ -79,7 +85,8 @@ class MetricRecord:
         if not isinstance(metrics, dict):
             raise ValueError(f"'metrics' must be an object, got {metrics!r}")
         values = {str(k): (math.nan if v is None else to_metric_value(str(k), v)) for k, v in metrics.items()}
-        return cls(step=step, phase=phase, time=float(when), metrics=values)
+        extra = {k: v for k, v in data.items() if k not in _FIELDS}
+        return cls(step=step, phase=phase, time=float(when), metrics=values, extra=extra)
 
 
 def iter_records(path: str | Path) -> Iterator[MetricRecord]:
@@ -98,6 +105,47 @@ def iter_records(path: str | Path) -> Iterator[MetricRecord]:
                 logger.debug("%s:%d: skipped unreadable metrics line: %s", path, number, exc)
 
 
-def load_records(path: str | Path) -> list[MetricRecord]:
-    """Return every readable record of a metrics JSONL file (see :func:`iter_records`)."""
-    return list(iter_records(path))
+def load_records(path: str | Path, *, raw: bool = False) -> list[MetricRecord]:
+    """Return the records of a metrics JSONL file, each step once (see :func:`current_records`).
+
+    With ``raw`` every readable line is returned as written, resume markers
+    and superseded rows included (see :func:`iter_records`).
+    """
+    records = iter_records(path)
+    return list(records) if raw else current_records(records)
+
+
+#: Phase of the marker a resumed run writes before its first record.
+PHASE_RESUME = "resume"
+
+
+def resume_marker(step: int, run_id: str, phases: Mapping[str, int] | None = None,
+                  when: float = 0.0) -> MetricRecord:
+    """Return the marker record of a run resumed after ``step`` (``phases``: other resume points by phase)."""
+    extra: dict[str, Any] = {"run_id": run_id, "resumed_from_step": int(step)}
+    if phases:
+        extra["resumed_from"] = {phase: int(at) for phase, at in phases.items()}
+    return MetricRecord(step=int(step), phase=PHASE_RESUME, time=when, extra=extra)
+
+
+def resumed_from(marker: MetricRecord, phase: str) -> int:
+    """Return the last step of ``phase`` that the run resumed by ``marker`` kept (later ones are logged again)."""
+    phases = marker.extra.get("resumed_from") or {}
+    at = phases.get(phase, marker.extra.get("resumed_from_step", marker.step))
+    return int(at)
+
+
+def current_records(records: Iterable[MetricRecord]) -> list[MetricRecord]:
+    """Return ``records`` without resume markers and without the rows a resume superseded.
+
+    A row written before a resume marker, for a step after the one its phase
+    resumed from, belongs to work the crashed run did not checkpoint: the
+    resumed run does that step again and logs it anew, so the old row is dropped.
+    """
+    kept: list[MetricRecord] = []
+    for record in records:
+        if record.phase == PHASE_RESUME:
+            kept = [r for r in kept if r.step <= resumed_from(record, r.phase)]
+        else:
+            kept.append(record)
+    return kept

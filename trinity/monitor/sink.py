@@ -58,6 +58,12 @@ class Sink(abc.ABC):
     def log(self, record: MetricRecord) -> None:
         """Take one record."""
 
+    def resume(self, marker: MetricRecord) -> None:  # noqa: B027 - optional hook, nothing to do by default
+        """The run resumed after a checkpoint (``marker``, phase ``resume``): steps after it are logged again.
+
+        Called before the first :meth:`log` of a resumed run.
+        """
+
     def flush(self) -> None:  # noqa: B027 - optional hook, nothing to do by default
         """Push buffered data to its destination."""
 

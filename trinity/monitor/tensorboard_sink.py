@@ -2,7 +2,9 @@
 
 Each metric ``key`` of phase ``phase`` becomes the scalar tag ``phase/key``
 (``train/reward/mean``), so TensorBoard groups the charts by phase. The writer
-is PyTorch's ``SummaryWriter``, imported only when this sink is built.
+is PyTorch's ``SummaryWriter``, imported only when this sink is built. After a
+resume the writer is reopened with ``purge_step``, so the steps the crashed run
+logged but did not checkpoint show once, as the resumed run logs them.
 """
 
 from __future__ import annotations
@@ -37,11 +39,21 @@ class TensorBoardSink(Sink):
                 f"monitor.tensorboard is true but TensorBoard cannot be imported ({exc}); "
                 "install tensorboard or set monitor.tensorboard: false"
             ) from None
+        self._writer: Any = self._open(SummaryWriter)
+        self._closed = False
+
+    def _open(self, writer_class: Any, **kwargs: Any) -> Any:
         try:
-            self._writer: Any = SummaryWriter(log_dir=str(self.log_dir), flush_secs=FLUSH_SECONDS)
+            return writer_class(log_dir=str(self.log_dir), flush_secs=FLUSH_SECONDS, **kwargs)
         except OSError as exc:
             raise SinkUnavailableError(f"cannot write TensorBoard events to {str(self.log_dir)!r}: {exc}") from None
-        self._closed = False
+
+    def resume(self, marker: MetricRecord) -> None:
+        """Reopen the event file with ``purge_step``: TensorBoard hides the earlier events of the steps logged again."""
+        first_again = min([marker.step, *(marker.extra.get("resumed_from") or {}).values()]) + 1
+        writer_class = type(self._writer)
+        self._writer.close()
+        self._writer = self._open(writer_class, purge_step=first_again)
 
     def log(self, record: MetricRecord) -> None:
         """Add one scalar per metric."""

@@ -123,6 +123,8 @@ class TrainerPlan:
     max_checkpoints: int | None
     #: When a checkpoint also gets a Hugging Face export: ``last``, ``always``, ``never``.
     save_hf: str
+    #: On SIGTERM (mode both): finish the step in flight and save a checkpoint before stopping.
+    save_on_stop: bool
     #: Stop after this many steps (None: when the data runs out).
     total_steps: int | None
     #: ``torch.compile``; None: the device backend's support.
@@ -253,6 +255,7 @@ def resolve_trainer(config: Config, verl: VerlSettings, *, dtype: str, max_model
         save_interval=trainer.save_interval,
         max_checkpoints=keep,
         save_hf=trainer.save_hf_checkpoint.strip().lower(),
+        save_on_stop=bool(trainer.save_on_stop),
         total_steps=trainer.total_steps,
         use_torch_compile=trainer.use_torch_compile,
         dtype=dtype,

@@ -1,0 +1,105 @@
+"""End to end: `trinity run` (mode both) sent SIGTERM mid-run stops cleanly with exit 143, leaves no process of
+its own behind, saves a checkpoint of its last whole step when ``trainer.save_on_stop`` is set, and the same
+command resumes after it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.e2e.test_run_both import job_config, records, run_cli
+
+STEPS = 5
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from trinity.common.models.tiny import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("model") / "tiny")
+
+
+def _session_pids(session: int) -> list[int]:
+    """Return the live processes of the session ``session`` (the run's driver, its Ray cluster, workers)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == session and fields[0] != "Z":
+            pids.append(int(entry.name))
+    return pids
+
+
+def _config(tmp_path: Path, tiny_model: Path, save_on_stop: bool) -> Path:
+    raw = job_config(tmp_path, tiny_model, **{
+        "buffer.total_steps": STEPS, "trainer.save_interval": 0, "trainer.save_on_stop": save_on_stop,
+        "cluster.gpu_per_node": 2, "synchronizer.verify_checksums": False, "buffer.explorer_input.eval_tasksets": [],
+    })
+    config_file = tmp_path / "job.yaml"
+    config_file.write_text(yaml.safe_dump(raw))
+    return config_file
+
+
+def _terminate_after_step_2(config_file: Path, run_dir: Path, log: Path) -> None:
+    """Run the job, SIGTERM its driver once step 2 is logged; assert exit 143 and nothing of the run left."""
+    first = run_cli(config_file, log, verbose=True)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and first.poll() is None:
+            if (run_dir / "metrics.jsonl").exists() and any(
+                    r["phase"] == "train" and r["step"] >= 2 for r in records(run_dir)):
+                break
+            time.sleep(0.05)
+        assert first.poll() is None, f"the run ended before the signal:\n{log.read_text()[-3000:]}"
+        first.send_signal(signal.SIGTERM)  # the driver alone, as a scheduler or `timeout` sends it
+        assert first.wait(120) == 143, log.read_text()[-3000:]
+        deadline = time.monotonic() + 20
+        while _session_pids(first.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _session_pids(first.pid) == [], "the run left processes of its own (its Ray cluster) behind"
+    finally:
+        try:
+            os.killpg(first.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        first.wait(30)
+    text = log.read_text()
+    assert "C++" not in text and "Aborted" not in text
+    assert text.rstrip().endswith("trinity: error: terminated (SIGTERM)")
+
+
+def test_sigterm_stops_everything_at_once_by_default(tmp_path: Path, tiny_model: Path) -> None:
+    run_dir = tmp_path / "ckpt" / "e2e" / "run"
+    _terminate_after_step_2(_config(tmp_path, tiny_model, save_on_stop=False), run_dir, tmp_path / "run.log")
+    assert "SIGTERM: stopping" not in (tmp_path / "run.log").read_text()
+    assert not list((run_dir / "checkpoints").glob("step-*")), "without save_on_stop nothing is saved on stop"
+
+
+def test_sigterm_saves_the_last_step_stops_everything_and_the_same_command_resumes(
+        tmp_path: Path, tiny_model: Path) -> None:
+    config_file = _config(tmp_path, tiny_model, save_on_stop=True)
+    run_dir = tmp_path / "ckpt" / "e2e" / "run"
+    log = tmp_path / "run.log"
+    _terminate_after_step_2(config_file, run_dir, log)
+    text = log.read_text()
+    trained = [r["step"] for r in records(run_dir) if r["phase"] == "train"]
+    stopped_at = trained[-1]
+    assert 2 <= stopped_at < STEPS
+    assert f"SIGTERM: stopping after step {stopped_at}; saved its checkpoint" in text
+    assert [p.name for p in (run_dir / "checkpoints").glob("step-*")] == [f"step-{stopped_at}"]
+
+    before = len(log.read_text())
+    second = run_cli(config_file, log, verbose=True)
+    assert second.wait(300) == 0, log.read_text()[-3000:]
+    assert f"at step {stopped_at}" in log.read_text()[before:]
+    trained = [r["step"] for r in records(run_dir) if r["phase"] == "train"]
+    assert trained == list(range(1, STEPS + 1)), "the resumed run trains each step after the checkpoint once"
