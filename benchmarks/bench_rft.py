@@ -1,4 +1,10 @@
-"""Benchmarks of the RFT loop, each reported as a ratio against a baseline measured in the same run.
+"""In-process micro-benchmarks of the RFT loop's parts, each a ratio against a baseline measured in the same run.
+
+Not the user-facing figure: part 2 below runs trinity's explore, train and
+sync in this one Python process (an in-process engine, memory sync, no Ray
+actors, no experience queue), so it leaves out what ``trinity run`` pays
+around them. The end-to-end comparison with TRL is
+``benchmarks/bench_vs_trl.py``; quote that one.
 
 Absolute timings depend on the machine and its load, so no absolute figure is
 a target: every figure is set against a baseline taken in the same run,
@@ -205,36 +211,79 @@ class _TrinityLoop:
 
         rows = args.batch * args.group
         # upstream Trinity-RFT's schema: the settings the module docstring lists, nothing left to defaults that matter
-        self.plan = resolve_run(parse_config({
-            "mode": "both",
-            "project": "bench",
-            "name": "rft",
-            "checkpoint_root_dir": str(workdir / "checkpoints"),
-            "model": {"model_path": str(model_path), "max_prompt_tokens": 256,
-                      "max_response_tokens": args.max_new_tokens, "temperature": 1.0, "top_p": 1.0, "top_k": -1},
-            "cluster": {"device": "cpu", "node_num": 1, "gpu_per_node": 2},
-            "buffer": {"batch_size": args.batch, "explorer_input": {"taskset": {
-                "name": "toy", "path": str(workdir / "tasks.jsonl"),
-                "format": {"prompt_key": "question", "response_key": "answer"},
-                "default_workflow_type": "toy_repeat", "default_reward_fn_type": "toy_repeat",
-            }}},
-            "explorer": {"runner_per_model": args.runners or args.batch, "max_retry_times": 0,
-                         "rollout_model": {"engine_type": "hf", "engine_num": 1, "dtype": "float32",
-                                           "seed": args.seed, "max_batch_size": rows}},
-            "synchronizer": {"sync_method": "memory"},
-            "trainer": {"save_interval": 0, "grad_clip": 1.0, "use_torch_compile": False, "use_dynamic_bsz": False,
-                        "trainer_config": {"actor_rollout_ref": {
-                            "model": {"enable_gradient_checkpointing": False},
-                            "actor": {"ppo_micro_batch_size_per_gpu": rows, "ppo_epochs": 1},
-                        }}},
-            "algorithm": {"algorithm_type": "grpo", "repeat_times": args.group, "kl_loss_fn": "none",
-                          "kl_penalty_fn": "none", "entropy_loss_fn": "none", "loss_agg_mode": "token-mean",
-                          "optimizer": {"lr": args.lr, "weight_decay": 0.0, "lr_warmup_steps": 0,
-                                        "lr_scheduler_type": "constant", "optimizer_type": "adamw",
-                                        "betas": [0.9, 0.999]}},
-            "data_processor": {"experience_pipeline": {"save_input": False}},
-            "monitor": {"monitor_type": "none", "jsonl": False, "plot": False, "progress": False},
-        }))
+        self.plan = resolve_run(
+            parse_config(
+                {
+                    "mode": "both",
+                    "project": "bench",
+                    "name": "rft",
+                    "checkpoint_root_dir": str(workdir / "checkpoints"),
+                    "model": {
+                        "model_path": str(model_path),
+                        "max_prompt_tokens": 256,
+                        "max_response_tokens": args.max_new_tokens,
+                        "temperature": 1.0,
+                        "top_p": 1.0,
+                        "top_k": -1,
+                    },
+                    "cluster": {"device": "cpu", "node_num": 1, "gpu_per_node": 2},
+                    "buffer": {
+                        "batch_size": args.batch,
+                        "explorer_input": {
+                            "taskset": {
+                                "name": "toy",
+                                "path": str(workdir / "tasks.jsonl"),
+                                "format": {"prompt_key": "question", "response_key": "answer"},
+                                "default_workflow_type": "toy_repeat",
+                                "default_reward_fn_type": "toy_repeat",
+                            }
+                        },
+                    },
+                    "explorer": {
+                        "runner_per_model": args.runners or args.batch,
+                        "max_retry_times": 0,
+                        "rollout_model": {
+                            "engine_type": "hf",
+                            "engine_num": 1,
+                            "dtype": "float32",
+                            "seed": args.seed,
+                            "max_batch_size": rows,
+                        },
+                    },
+                    "synchronizer": {"sync_method": "memory"},
+                    "trainer": {
+                        "save_interval": 0,
+                        "grad_clip": 1.0,
+                        "use_torch_compile": False,
+                        "use_dynamic_bsz": False,
+                        "trainer_config": {
+                            "actor_rollout_ref": {
+                                "model": {"enable_gradient_checkpointing": False},
+                                "actor": {"ppo_micro_batch_size_per_gpu": rows, "ppo_epochs": 1},
+                            }
+                        },
+                    },
+                    "algorithm": {
+                        "algorithm_type": "grpo",
+                        "repeat_times": args.group,
+                        "kl_loss_fn": "none",
+                        "kl_penalty_fn": "none",
+                        "entropy_loss_fn": "none",
+                        "loss_agg_mode": "token-mean",
+                        "optimizer": {
+                            "lr": args.lr,
+                            "weight_decay": 0.0,
+                            "lr_warmup_steps": 0,
+                            "lr_scheduler_type": "constant",
+                            "optimizer_type": "adamw",
+                            "betas": [0.9, 0.999],
+                        },
+                    },
+                    "data_processor": {"experience_pipeline": {"save_input": False}},
+                    "monitor": {"monitor_type": "none", "jsonl": False, "plot": False, "progress": False},
+                }
+            )
+        )
         training = self.plan.algorithm
         if training.use_reference or training.kl_penalty is not None or training.kl_loss is not None:
             raise RuntimeError("the benchmark expects GRPO without a KL term (no reference model)")
@@ -267,8 +316,12 @@ class _TrinityLoop:
         first = self.steps * self.batch
         chosen = [self.records[(first + i) % len(self.records)] for i in range(self.batch)]
         tasks = [
-            Task.from_record({"prompt": r["question"], "answer": r["answer"], "index": (first + i) % len(self.records)},
-                             self.taskset, repeat_times=self.taskset.repeat_times, step=self.steps)
+            Task.from_record(
+                {"prompt": r["question"], "answer": r["answer"], "index": (first + i) % len(self.records)},
+                self.taskset,
+                repeat_times=self.taskset.repeat_times,
+                step=self.steps,
+            )
             for i, r in enumerate(chosen)
         ]
         result = self.scheduler.run(tasks)
@@ -296,22 +349,29 @@ class _TrinityLoop:
         self.trainer.shutdown()
 
 
-def _trl_trainer(model_path: Path, records: list[dict[str, str]], workdir: Path, args: argparse.Namespace, *,
-                 tokens: list[int], generate_s: list[float], callback: Any) -> Any:
+def _trl_trainer(
+    model_path: Path,
+    records: list[dict[str, str]],
+    workdir: Path,
+    args: argparse.Namespace,
+    *,
+    tokens: list[int],
+    generate_s: list[float],
+    callback: Any,
+) -> Any:
     from datasets import Dataset
     from transformers import PrinterCallback, ProgressCallback
     from trl import GRPOConfig, GRPOTrainer
 
     from trinity.common.rewards import compute_reward
 
-    def toy_repeat(completions: list[Any], answer: list[str], completion_ids: list[list[int]],
-                   **_: Any) -> list[float]:
+    def toy_repeat(completions: list[Any], answer: list[str], completion_ids: list[list[int]], **_: Any) -> list[float]:
         tokens.append(sum(len(ids) for ids in completion_ids))
         return [compute_reward("toy_repeat", c[0]["content"], a)[0] for c, a in zip(completions, answer, strict=True)]
 
-    dataset = Dataset.from_list([
-        {"prompt": [{"role": "user", "content": r["question"]}], "answer": r["answer"]} for r in records
-    ])
+    dataset = Dataset.from_list(
+        [{"prompt": [{"role": "user", "content": r["question"]}], "answer": r["answer"]} for r in records]
+    )
     total_steps = args.warmup + args.rounds * args.round_steps
     config = GRPOConfig(
         output_dir=str(workdir / "trl"),
@@ -350,8 +410,9 @@ def _trl_trainer(model_path: Path, records: list[dict[str, str]], workdir: Path,
         dataloader_num_workers=0,
         log_completions=False,
     )
-    trainer = GRPOTrainer(model=str(model_path), reward_funcs=toy_repeat, args=config, train_dataset=dataset,
-                          callbacks=[callback])
+    trainer = GRPOTrainer(
+        model=str(model_path), reward_funcs=toy_repeat, args=config, train_dataset=dataset, callbacks=[callback]
+    )
     for quiet in (PrinterCallback, ProgressCallback):
         trainer.remove_callback(quiet)
     score = trainer._generate_and_score_completions
@@ -416,8 +477,9 @@ def bench_grpo(args: argparse.Namespace) -> dict[str, Any]:
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            trl = _trl_trainer(model_path, records, workdir, args, tokens=trl_tokens, generate_s=trl_generate_s,
-                               callback=Interleave())
+            trl = _trl_trainer(
+                model_path, records, workdir, args, tokens=trl_tokens, generate_s=trl_generate_s, callback=Interleave()
+            )
             loop = _TrinityLoop(model_path, records, workdir, args)
             loop_holder.append(loop)
             try:
@@ -425,25 +487,32 @@ def bench_grpo(args: argparse.Namespace) -> dict[str, Any]:
             finally:
                 loop.close()
 
-    trl_timed = trl_steps[args.warmup:]
-    trl_tok = trl_tokens[args.warmup:]
-    trl_gen = trl_generate_s[args.warmup:]
+    trl_timed = trl_steps[args.warmup :]
+    trl_tok = trl_tokens[args.warmup :]
+    trl_gen = trl_generate_s[args.warmup :]
     if len(trl_timed) != args.rounds * args.round_steps or len(trinity_steps) != len(trl_timed):
-        raise RuntimeError(f"expected {args.rounds * args.round_steps} timed steps per side, got "
-                           f"TRL {len(trl_timed)}, trinity {len(trinity_steps)}")
+        raise RuntimeError(
+            f"expected {args.rounds * args.round_steps} timed steps per side, got "
+            f"TRL {len(trl_timed)}, trinity {len(trinity_steps)}"
+        )
     k = args.round_steps
     rounds = []
     for r in range(args.rounds):
-        trl_s = sum(trl_timed[r * k:(r + 1) * k])
-        trl_t = sum(trl_tok[r * k:(r + 1) * k])
-        ours = trinity_steps[r * k:(r + 1) * k]
+        trl_s = sum(trl_timed[r * k : (r + 1) * k])
+        trl_t = sum(trl_tok[r * k : (r + 1) * k])
+        ours = trinity_steps[r * k : (r + 1) * k]
         our_s = sum(s["seconds"] for s in ours)
         our_t = sum(s["tokens"] for s in ours)
-        rounds.append({
-            "trl_steps_per_s": k / trl_s, "trinity_steps_per_s": k / our_s,
-            "trl_tokens_per_s": trl_t / trl_s, "trinity_tokens_per_s": our_t / our_s,
-            "steps_ratio": trl_s / our_s, "tokens_ratio": (our_t / our_s) / (trl_t / trl_s),
-        })
+        rounds.append(
+            {
+                "trl_steps_per_s": k / trl_s,
+                "trinity_steps_per_s": k / our_s,
+                "trl_tokens_per_s": trl_t / trl_s,
+                "trinity_tokens_per_s": our_t / our_s,
+                "steps_ratio": trl_s / our_s,
+                "tokens_ratio": (our_t / our_s) / (trl_t / trl_s),
+            }
+        )
     n = len(trl_timed)
     rows = args.batch * args.group
     trl_total, our_total = sum(trl_timed), sum(s["seconds"] for s in trinity_steps)
@@ -451,19 +520,27 @@ def bench_grpo(args: argparse.Namespace) -> dict[str, Any]:
     steps_ratio = statistics.median(r["steps_ratio"] for r in rounds)
     return {
         "setup": {
-            "prompts_per_step": args.batch, "group_size": args.group, "rows_per_step": rows,
-            "max_new_tokens": args.max_new_tokens, "lr": args.lr, "torch_threads": args.threads,
-            "runners_per_engine": args.runners or args.batch, "warmup_steps": args.warmup,
-            "rounds": args.rounds, "steps_per_round": k, "tiny_model": TinyModelConfig(seed=args.seed).__dict__,
+            "prompts_per_step": args.batch,
+            "group_size": args.group,
+            "rows_per_step": rows,
+            "max_new_tokens": args.max_new_tokens,
+            "lr": args.lr,
+            "torch_threads": args.threads,
+            "runners_per_engine": args.runners or args.batch,
+            "warmup_steps": args.warmup,
+            "rounds": args.rounds,
+            "steps_per_round": k,
+            "tiny_model": TinyModelConfig(seed=args.seed).__dict__,
         },
         "trl": {
             "steps_per_s": n / trl_total,
             "tokens_per_s": sum(trl_tok) / trl_total,
             "median_step_s": statistics.median(trl_timed),
             "mean_response_tokens": sum(trl_tok) / (n * rows),
-            "median_phase_s": {"generate_and_score": statistics.median(trl_gen),
-                               "rest_of_step": statistics.median(t - g for t, g in zip(trl_timed, trl_gen,
-                                                                                        strict=True))},
+            "median_phase_s": {
+                "generate_and_score": statistics.median(trl_gen),
+                "rest_of_step": statistics.median(t - g for t, g in zip(trl_timed, trl_gen, strict=True)),
+            },
         },
         "trinity": {
             "steps_per_s": n / our_total,
@@ -471,8 +548,10 @@ def bench_grpo(args: argparse.Namespace) -> dict[str, Any]:
             "median_step_s": statistics.median(s["seconds"] for s in trinity_steps),
             "mean_response_tokens": sum(s["tokens"] for s in trinity_steps) / (n * rows),
             "share_of_step": {name.removesuffix("_s"): value for name, value in phases.items()},
-            "median_phase_s": {name.removesuffix("_s"): statistics.median(s[name] for s in trinity_steps)
-                               for name in ("explore_s", "train_s", "sync_s")},
+            "median_phase_s": {
+                name.removesuffix("_s"): statistics.median(s[name] for s in trinity_steps)
+                for name in ("explore_s", "train_s", "sync_s")
+            },
             "generate_calls_per_step": sum(s["generate_calls"] for s in trinity_steps) / n,
             "reward_mean_last_round": statistics.mean(s["reward_mean"] for s in trinity_steps[-k:]),
         },
@@ -496,38 +575,51 @@ def _table(results: dict[str, Any]) -> str:
         for mb, entry in sync["bucket_MiB"].items():
             default = " (default)" if int(mb) == sync["default_bucket_MiB"] else ""
             verdict = "ok" if entry["ratio_vs_raw"] <= TARGET_SYNC_RATIO else "MISSED"
-            rows.append((
-                f"1. online sync {sync['bytes'] / 2**20:.0f} MiB, bucket {mb} MiB{default}",
-                f"{entry['median_s'] * 1e3:.0f} ms", f"raw pg.broadcast {raw_ms:.0f} ms",
-                f"{entry['ratio_vs_raw']:.2f}x  (target <= {TARGET_SYNC_RATIO}x) {verdict}; "
-                f"best-of {entry['ratio_of_best']:.2f}x, of medians {entry['ratio_of_medians']:.2f}x",
-            ))
+            rows.append(
+                (
+                    f"1. online sync {sync['bytes'] / 2**20:.0f} MiB, bucket {mb} MiB{default}",
+                    f"{entry['median_s'] * 1e3:.0f} ms",
+                    f"raw pg.broadcast {raw_ms:.0f} ms",
+                    f"{entry['ratio_vs_raw']:.2f}x  (target <= {TARGET_SYNC_RATIO}x) {verdict}; "
+                    f"best-of {entry['ratio_of_best']:.2f}x, of medians {entry['ratio_of_medians']:.2f}x",
+                )
+            )
     grpo = results.get("grpo")
     if grpo is not None:
         ours, trl = grpo["trinity"], grpo["trl"]
         setup = grpo["setup"]
         verdict = "ok" if grpo["met"] else "MISSED"
-        rows.append((
-            f"2. GRPO steps/s ({setup['prompts_per_step']}x{setup['group_size']} rows, "
-            f"{setup['max_new_tokens']} tok)",
-            f"trinity {ours['steps_per_s']:.2f}", f"TRL {trl['steps_per_s']:.2f}",
-            f"{grpo['steps_ratio']:.2f}x  (target >= {TARGET_GRPO_RATIO}x) {verdict}; "
-            f"overall {grpo['steps_ratio_overall']:.2f}x",
-        ))
-        rows.append((
-            "   generated tokens/s", f"trinity {ours['tokens_per_s']:.0f}", f"TRL {trl['tokens_per_s']:.0f}",
-            f"{grpo['tokens_ratio']:.2f}x  (mean length {ours['mean_response_tokens']:.1f} vs "
-            f"{trl['mean_response_tokens']:.1f})",
-        ))
+        rows.append(
+            (
+                f"2. GRPO steps/s ({setup['prompts_per_step']}x{setup['group_size']} rows, "
+                f"{setup['max_new_tokens']} tok)",
+                f"trinity {ours['steps_per_s']:.2f}",
+                f"TRL {trl['steps_per_s']:.2f}",
+                f"{grpo['steps_ratio']:.2f}x  (target >= {TARGET_GRPO_RATIO}x) {verdict}; "
+                f"overall {grpo['steps_ratio_overall']:.2f}x",
+            )
+        )
+        rows.append(
+            (
+                "   generated tokens/s",
+                f"trinity {ours['tokens_per_s']:.0f}",
+                f"TRL {trl['tokens_per_s']:.0f}",
+                f"{grpo['tokens_ratio']:.2f}x  (mean length {ours['mean_response_tokens']:.1f} vs "
+                f"{trl['mean_response_tokens']:.1f})",
+            )
+        )
         mine, theirs = ours["median_phase_s"], trl["median_phase_s"]
-        rows.append((
-            "   median step", f"trinity {ours['median_step_s'] * 1e3:.0f} ms",
-            f"TRL {trl['median_step_s'] * 1e3:.0f} ms",
-            f"trinity explore {mine['explore'] * 1e3:.0f} + train {mine['train'] * 1e3:.0f} + sync "
-            f"{mine['sync'] * 1e3:.0f} ms ({ours['generate_calls_per_step']:.1f} generate calls/step); "
-            f"TRL generate+score {theirs['generate_and_score'] * 1e3:.0f} + rest "
-            f"{theirs['rest_of_step'] * 1e3:.0f} ms",
-        ))
+        rows.append(
+            (
+                "   median step",
+                f"trinity {ours['median_step_s'] * 1e3:.0f} ms",
+                f"TRL {trl['median_step_s'] * 1e3:.0f} ms",
+                f"trinity explore {mine['explore'] * 1e3:.0f} + train {mine['train'] * 1e3:.0f} + sync "
+                f"{mine['sync'] * 1e3:.0f} ms ({ours['generate_calls_per_step']:.1f} generate calls/step); "
+                f"TRL generate+score {theirs['generate_and_score'] * 1e3:.0f} + rest "
+                f"{theirs['rest_of_step'] * 1e3:.0f} ms",
+            )
+        )
     if not rows:
         return ""
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
@@ -540,8 +632,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON output (default: {DEFAULT_OUT})")
     parser.add_argument("--only", choices=("sync", "grpo"), help="run one of the two benchmarks")
     parser.add_argument("--sync-mb", type=int, default=100, help="MiB of weights for (1) (default 100)")
-    parser.add_argument("--bucket-mb", type=int, nargs="+", default=None,
-                        help="bucket sizes for (1) (default: synchronizer.bucket_size_mb and 16)")
+    parser.add_argument(
+        "--bucket-mb",
+        type=int,
+        nargs="+",
+        default=None,
+        help="bucket sizes for (1) (default: synchronizer.bucket_size_mb and 16)",
+    )
     parser.add_argument("--sync-rounds", type=int, default=25, help="interleaved rounds for (1) (default 25)")
     parser.add_argument("--batch", type=int, default=8, help="prompts per GRPO step (default 8)")
     parser.add_argument("--group", type=int, default=8, help="rollouts per prompt (default 8)")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -20,17 +22,34 @@ from trinity.synchronizer.synchronizer import SyncError, SyncTimeoutError
 from trinity.trainer.checkpoint import CheckpointError, CheckpointWriteError
 
 BAD_INPUT = [
-    ConfigError, RayConnectionError, UnknownNameError, DuplicateNameError, UsageError, ModelPathError,
-    buffer_errors.TaskFileError, buffer_errors.DatasetError, buffer_errors.FormatError,
-    buffer_errors.ChatTemplateError, buffer_errors.TaskPositionError,
-    device_errors.UnknownBackendError, device_errors.InvalidDeviceRequestError, device_errors.ConflictingChoiceError,
+    ConfigError,
+    RayConnectionError,
+    UnknownNameError,
+    DuplicateNameError,
+    UsageError,
+    ModelPathError,
+    buffer_errors.TaskFileError,
+    buffer_errors.DatasetError,
+    buffer_errors.FormatError,
+    buffer_errors.ChatTemplateError,
+    buffer_errors.TaskPositionError,
+    device_errors.UnknownBackendError,
+    device_errors.InvalidDeviceRequestError,
+    device_errors.ConflictingChoiceError,
     CheckpointWriteError,
 ]
 RUN_FAILED = [
-    buffer_errors.StorageError, buffer_errors.StorageTimeoutError, buffer_errors.BufferExhaustedError,
-    SyncError, SyncTimeoutError, CheckpointError,
-    device_errors.BackendUnavailableError, device_errors.BackendLoadError, device_errors.CollectiveGroupError,
-    device_errors.UnsupportedDtypeError, PlacementError,
+    buffer_errors.StorageError,
+    buffer_errors.StorageTimeoutError,
+    buffer_errors.BufferExhaustedError,
+    SyncError,
+    SyncTimeoutError,
+    CheckpointError,
+    device_errors.BackendUnavailableError,
+    device_errors.BackendLoadError,
+    device_errors.CollectiveGroupError,
+    device_errors.UnsupportedDtypeError,
+    PlacementError,
 ]
 
 
@@ -77,11 +96,46 @@ def test_the_cli_maps_any_trinity_error_once_with_its_exit_code(
     ("name", "fragment"),
     [("absent", "does not exist"), ("empty", "is a folder but not a Hugging Face model"), ("file", "is a file")],
 )
-def test_a_path_that_cannot_be_a_model_is_refused(tmp_path: Path, name: str,
-                                                   fragment: str) -> None:
+def test_a_path_that_cannot_be_a_model_is_refused(tmp_path: Path, name: str, fragment: str) -> None:
     (tmp_path / "empty").mkdir()
     (tmp_path / "file").write_text("x")
     path = str(tmp_path / name)
     with pytest.raises(ModelPathError, match=fragment):
         check_model_folder(path, "model.model_path")
     check_model_folder("Qwen/Qwen2.5-0.5B", "model.model_path")  # a hub id passes: the hub decides
+
+
+def _sqlite_full(tmp_path: Path) -> sqlite3.OperationalError:
+    """Return the real error SQLite raises when a database reaches its page limit."""
+    with closing(sqlite3.connect(tmp_path / "full.sqlite")) as connection:
+        connection.execute("CREATE TABLE t (x BLOB)")
+        pages = connection.execute("PRAGMA page_count").fetchone()[0]
+        connection.execute(f"PRAGMA max_page_count = {pages}")
+        try:
+            connection.execute("INSERT INTO t VALUES (?)", (b"x" * 100_000,))
+        except sqlite3.OperationalError as exc:
+            return exc
+    raise AssertionError("SQLite took the row")
+
+
+def test_sqlites_full_database_maps_to_enospc_through_sqlalchemy_and_pickling(tmp_path: Path) -> None:
+    import errno
+    import pickle
+
+    from sqlalchemy.exc import OperationalError
+
+    from trinity.errors import describe_storage_error, storage_error
+
+    raw = _sqlite_full(tmp_path)
+    assert str(raw) == "database or disk is full"
+    for wrapped in (raw, OperationalError("INSERT", None, raw), pickle.loads(pickle.dumps(raw))):
+        try:
+            try:
+                raise wrapped
+            except Exception as exc:
+                raise RuntimeError("a buffer write failed") from exc
+        except RuntimeError as outer:
+            found = storage_error(outer)
+        assert found is not None and found.errno == errno.ENOSPC
+        assert describe_storage_error(found).startswith("No space left on device (errno ENOSPC); ")
+    assert storage_error(sqlite3.OperationalError("no such table: t")) is None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 from collections.abc import Iterator
 
 #: Exit status of a run or command that started correctly and then failed (a failed check, a lost engine).
@@ -41,7 +42,6 @@ class BadInputError(TrinityError):
     exit_code: int = EXIT_USAGE
 
 
-
 def carried_error(exc: TrinityError) -> TrinityError:
     """Return the TrinityError that ``exc`` carries from another process, or ``exc`` itself.
 
@@ -58,7 +58,11 @@ STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCE
 
 
 def error_chain(exc: BaseException) -> Iterator[BaseException]:
-    """Yield ``exc`` and every exception behind it: causes, contexts, a Ray task's cause, DCP's per-rank failures."""
+    """Yield ``exc`` and every exception behind it.
+
+    Behind an exception are its cause and context, a Ray task's ``cause``,
+    a database wrapper's ``orig`` (SQLAlchemy) and DCP's per-rank failures.
+    """
     pending, seen = [exc], set()
     while pending:
         current = pending.pop(0)
@@ -66,28 +70,83 @@ def error_chain(exc: BaseException) -> Iterator[BaseException]:
             continue
         seen.add(id(current))
         yield current
-        pending.extend(e for e in (getattr(current, "cause", None), current.__cause__, current.__context__)
-                       if isinstance(e, BaseException))
+        behind = (
+            getattr(current, "cause", None),
+            getattr(current, "orig", None),
+            current.__cause__,
+            current.__context__,
+        )
+        pending.extend(e for e in behind if isinstance(e, BaseException))
         failures = getattr(current, "failures", None)
         if isinstance(failures, dict):
-            pending.extend(f[0] for f in failures.values()
-                           if isinstance(f, tuple) and f and isinstance(f[0], BaseException))
+            pending.extend(
+                f[0] for f in failures.values() if isinstance(f, tuple) and f and isinstance(f[0], BaseException)
+            )
+
+
+#: SQLite's primary result codes of a failed write that the user fixes on the filesystem, as errno values.
+SQLITE_STORAGE_CODES = {13: errno.ENOSPC, 8: errno.EROFS}  # SQLITE_FULL, SQLITE_READONLY
+
+
+def sqlite_storage_error(error: BaseException) -> OSError | None:
+    """Return the OSError an SQLite "database or disk is full" / read-only error stands for, or None.
+
+    SQLite reports these with its own result codes (``sqlite3.Error.sqlite_errorcode``,
+    extended codes included), not with an errno; the returned error carries
+    the matching errno and names no file.
+    """
+    code = getattr(error, "sqlite_errorcode", None)
+    if not isinstance(code, int):
+        return None
+    number = SQLITE_STORAGE_CODES.get(code & 0xFF)
+    return OSError(number, os.strerror(number)) if number is not None else None
 
 
 def storage_error(exc: BaseException) -> OSError | None:
-    """Return the full-disk / quota / read-only / permission OSError behind ``exc``, or None when there is none."""
+    """Return the full-disk / quota / read-only / permission OSError behind ``exc``, or None when there is none.
+
+    An SQLite error meaning the same (see :func:`sqlite_storage_error`) counts too.
+    """
     for error in error_chain(exc):
         if isinstance(error, OSError) and error.errno in STORAGE_ERRNOS:
             return error
+        mapped = sqlite_storage_error(error)
+        if mapped is not None:
+            return mapped
     return None
 
 
-def describe_storage_error(error: OSError) -> str:
-    """Return one line naming what ``error`` means, the path it hit, and what to do about it."""
+def describe_storage_error(error: OSError, setting: str = "checkpoint_root_dir") -> str:
+    """Return one line naming what ``error`` means, the path it hit, and what to do about it.
+
+    ``setting`` is the configuration key that moves the failed writes elsewhere.
+    """
     meaning = error.strerror or os.strerror(error.errno or 0)
     where = f" writing {error.filename}" if error.filename else ""
-    fix = ("make it writable for this user or point checkpoint_root_dir at a folder that is"
-           if error.errno in (errno.EACCES, errno.EROFS)
-           else "free space there or point checkpoint_root_dir at a folder with room")
-    return (f"{meaning} (errno {errno.errorcode.get(error.errno or 0, error.errno)}){where}; files written before "
-            f"(complete checkpoints included) are intact; {fix}, then rerun the same command to resume")
+    fix = (
+        f"make it writable for this user or point {setting} at a folder that is"
+        if error.errno in (errno.EACCES, errno.EROFS)
+        else f"free space there or point {setting} at a folder with room"
+    )
+    return (
+        f"{meaning} (errno {errno.errorcode.get(error.errno or 0, error.errno)}){where}; files written before "
+        f"(complete checkpoints included) are intact; {fix}, then rerun the same command to resume"
+    )
+
+
+def actor_death(exc: BaseException) -> str | None:
+    """Return ``"Ray actor <Class> (pid N) died"`` when a Ray actor's death is behind ``exc``, else None.
+
+    Ray's own text for it runs to a paragraph; this names the actor's class
+    and process in a few words (the check needs no import of Ray).
+    """
+    for error in error_chain(exc):
+        if not any(base.__name__ == "RayActorError" for base in type(error).__mro__):
+            continue
+        text = str(error)
+        found = re.search(r"class_name: ([\w.<>]+)", text)
+        pid = re.search(r"\bpid: (\d+)", text)
+        name = f" {found.group(1).rpartition('.')[2]}" if found else ""
+        process = f" (pid {pid.group(1)})" if pid else ""
+        return f"Ray actor{name}{process} died"
+    return None

@@ -186,3 +186,28 @@ def test_ray_workers_write_and_read_concurrently(tmp_path: Path) -> None:
         order = [g for (g,) in raw.execute("SELECT group_id FROM experiences ORDER BY id")]
     assert all(len(set(order[i : i + 4])) == 1 for i in range(0, 120, 4))
     assert SQLiteStorage(tmp_path / "shared.sqlite").size() == 0
+
+
+def _fill_limit(storage: SQLiteStorage) -> None:
+    """Cap the database at its current size with SQLite's own page limit: the next growth fails SQLITE_FULL."""
+    from sqlalchemy import event
+
+    def cap(dbapi_connection: sqlite3.Connection, _record: object) -> None:
+        pages = dbapi_connection.execute("PRAGMA page_count").fetchone()[0]
+        dbapi_connection.execute(f"PRAGMA max_page_count = {pages}")
+
+    storage.engine.dispose()
+    event.listen(storage.engine, "connect", cap)
+
+
+def test_a_full_database_is_the_no_space_line_with_exit_2(tmp_path: Path) -> None:
+    storage = SQLiteStorage(tmp_path / "buf.sqlite")
+    storage.put(make_group("a", 2))
+    _fill_limit(storage)
+    with pytest.raises(StorageError) as caught:
+        storage.put(make_group("b", 64))
+    message = str(caught.value)
+    assert caught.value.exit_code == 2
+    assert "No space left on device (errno ENOSPC)" in message and str(tmp_path / "buf.sqlite") in message
+    assert "busy timeout" not in message and "\n" not in message
+    assert storage.size() == 2, "the failed write left nothing behind"

@@ -32,17 +32,24 @@ GROUP_SIZE = 4  # algorithm.repeat_times
 
 def mode_config(tmp: Path, model: Path, mode: str, **overrides: object) -> Any:
     """The small job of test_run_both in ``mode``: one engine, one trainer rank, a SQLite experience buffer."""
-    raw = job_config(tmp, model, **{
-        "mode": mode,
-        "buffer.total_steps": 2,
-        "buffer.explorer_input.eval_tasksets": [],
-        "buffer.trainer_input.experience_buffer": {"name": "experience", "storage_type": "sql",
-                                                   "max_read_timeout": 30.0},
-        "cluster.gpu_per_node": 1,
-        "synchronizer.verify_checksums": False,
-        "monitor.plot": False,
-        **overrides,
-    })
+    raw = job_config(
+        tmp,
+        model,
+        **{
+            "mode": mode,
+            "buffer.total_steps": 2,
+            "buffer.explorer_input.eval_tasksets": [],
+            "buffer.trainer_input.experience_buffer": {
+                "name": "experience",
+                "storage_type": "sql",
+                "max_read_timeout": 30.0,
+            },
+            "cluster.gpu_per_node": 1,
+            "synchronizer.verify_checksums": False,
+            "monitor.plot": False,
+            **overrides,
+        },
+    )
     return resolve_run(parse_config(raw))
 
 
@@ -53,8 +60,9 @@ def query(run_dir: Path, sql: str) -> list[tuple]:
 
 def rows(run_dir: Path) -> list[tuple[int, int, bool]]:
     """``(id, model_version, consumed)`` of every experience in the run's SQLite buffer, in insertion order."""
-    return [(i, v, bool(c)) for i, v, c in query(run_dir, "SELECT id, model_version, consumed FROM experiences "
-                                                          "ORDER BY id")]
+    return [
+        (i, v, bool(c)) for i, v, c in query(run_dir, "SELECT id, model_version, consumed FROM experiences ORDER BY id")
+    ]
 
 
 def closed(run_dir: Path) -> bool:
@@ -74,8 +82,9 @@ def copy_buffer(source: Path, target: Path, *changes: str) -> None:
 
 def stamps(checkpoints: Path) -> dict[str, tuple[int, int]]:
     """Each checkpoint folder's inode and state-file time: a checkpoint written again changes both."""
-    return {p.name: (p.stat().st_ino, (p / "trainer_state.json").stat().st_mtime_ns)
-            for p in checkpoints.glob("step-*")}
+    return {
+        p.name: (p.stat().st_ino, (p / "trainer_state.json").stat().st_mtime_ns) for p in checkpoints.glob("step-*")
+    }
 
 
 def device_actors(run_dir: Path) -> list[tuple[str, str]]:
@@ -104,12 +113,28 @@ def trained_run(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> d
     assert run_plan(mode_config(tmp, tiny_model, "explore")) == 0
     assert not ray.is_initialized(), "the job must stop the local cluster it started"
     copy_buffer(run_dir / "buffer" / "experience.sqlite", tmp / "explored.sqlite")  # as the explore job left it
-    explored = {"rows": rows(run_dir), "closed": closed(run_dir), "records": len(records(run_dir)),
-                "checkpoints": (run_dir / "checkpoints").exists(), "device": device_actors(run_dir)}
+    explored = {
+        "rows": rows(run_dir),
+        "closed": closed(run_dir),
+        "records": len(records(run_dir)),
+        "checkpoints": (run_dir / "checkpoints").exists(),
+        "device": device_actors(run_dir),
+    }
     # total_steps 5, but the explorer wrote 2 steps: train stops cleanly when the closed buffer runs dry
-    assert run_plan(mode_config(tmp, tiny_model, "train", **{
-        "buffer.total_steps": 5, "trainer.save_interval": 1,
-    })) == 0
+    assert (
+        run_plan(
+            mode_config(
+                tmp,
+                tiny_model,
+                "train",
+                **{
+                    "buffer.total_steps": 5,
+                    "trainer.save_interval": 1,
+                },
+            )
+        )
+        == 0
+    )
     assert not ray.is_initialized()
     return {"tmp": tmp, "run_dir": run_dir, "explored": explored, "trained_device": device_actors(run_dir)}
 
@@ -138,6 +163,11 @@ def test_explore_then_train_through_a_sqlite_buffer(trained_run: dict[str, Any])
         assert metrics["loss"] == metrics["loss"]  # not NaN
         assert metrics["rows"] == GROUPS_PER_STEP * GROUP_SIZE
         assert metrics["sync/version"] == record["step"], "each step is published to the sync folder"
+        # the step's wall time split: no rollouts in this job; reading, training, saving, publishing add up
+        parts = [metrics[f"time/{part}_s"] for part in ("explore", "train", "save", "sync", "driver")]
+        assert parts[0] == 0 and min(parts[1:]) > 0
+        assert sum(parts) == pytest.approx(metrics["time/step_s"], abs=1e-6)
+        assert 0 <= metrics["time/explore_wait_s"] <= metrics["time/driver_s"] + 1e-6
     assert read_version(run_dir / "sync_weights") == 2
     assert (run_dir / "sync_weights" / "model.safetensors").is_file()
     state = json.loads((run_dir / "checkpoints" / "step-2" / "trainer_state.json").read_text())
@@ -169,10 +199,18 @@ def test_train_on_an_open_buffer_saves_its_steps_then_times_out(
     from trinity.buffer import StorageTimeoutError
 
     run_dir = tmp_path / "ckpt" / "e2e" / "run"
-    copy_buffer(trained_run["tmp"] / "explored.sqlite", run_dir / "buffer" / "experience.sqlite",
-                "UPDATE experiences SET consumed = 1", "DELETE FROM buffer_state WHERE key = 'closed'")
-    config = mode_config(tmp_path, tiny_model, "train", **{
-        "buffer.total_steps": 0, "buffer.trainer_input.experience_buffer.max_read_timeout": 2.0})
+    copy_buffer(
+        trained_run["tmp"] / "explored.sqlite",
+        run_dir / "buffer" / "experience.sqlite",
+        "UPDATE experiences SET consumed = 1",
+        "DELETE FROM buffer_state WHERE key = 'closed'",
+    )
+    config = mode_config(
+        tmp_path,
+        tiny_model,
+        "train",
+        **{"buffer.total_steps": 0, "buffer.trainer_input.experience_buffer.max_read_timeout": 2.0},
+    )
     with pytest.raises(StorageTimeoutError, match="waited 2 s"):
         run_plan(config)
     assert [r["step"] for r in phase(run_dir, "train")] == [1, 2]
@@ -193,7 +231,7 @@ def test_explore_picks_up_published_weights(trained_run: dict[str, Any], tiny_mo
     explore = phase(run_dir, "explore", before)
     assert [r["step"] for r in explore] == [3, 4], "the explore job resumes its task position, none redone"
     assert all(r["metrics"]["explore/model_version"] == published for r in explore)
-    new = rows(run_dir)[len(old):]
+    new = rows(run_dir)[len(old) :]
     assert len(new) == 2 * GROUPS_PER_STEP * GROUP_SIZE
     assert {v for _, v, _ in new} == {published}, "the new experiences come from the published weights"
     assert not any(c for *_, c in new) and closed(run_dir)
@@ -204,10 +242,20 @@ def test_explore_picks_up_published_weights(trained_run: dict[str, Any], tiny_mo
 def test_bench_evaluates_the_start_and_every_checkpoint(trained_run: dict[str, Any], tiny_model: Path) -> None:
     run_dir: Path = trained_run["run_dir"]
     before = len(records(run_dir))
-    eval_tasks = [{"name": "eval", "path": str(TASKS / "eval.jsonl"), "rollout_args": {"temperature": 0.0},
-                   "format": {"prompt_key": "question", "response_key": "answer"}}]
-    assert run_plan(mode_config(trained_run["tmp"], tiny_model, "bench",
-                                **{"buffer.explorer_input.eval_tasksets": eval_tasks})) == 0
+    eval_tasks = [
+        {
+            "name": "eval",
+            "path": str(TASKS / "eval.jsonl"),
+            "rollout_args": {"temperature": 0.0},
+            "format": {"prompt_key": "question", "response_key": "answer"},
+        }
+    ]
+    assert (
+        run_plan(
+            mode_config(trained_run["tmp"], tiny_model, "bench", **{"buffer.explorer_input.eval_tasksets": eval_tasks})
+        )
+        == 0
+    )
 
     evals = phase(run_dir, "eval", before)
     assert [r["step"] for r in evals] == [0, 1, 2]

@@ -44,8 +44,9 @@ class Holder:
 
     def __init__(self, run_dir: Path, mode: str) -> None:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-        self.process = subprocess.Popen([sys.executable, "-c", HOLDER, str(run_dir), mode], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, env=env)
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", HOLDER, str(run_dir), mode], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+        )
         assert self.process.stdout is not None
         assert self.process.stdout.readline() == b"held\n"
 
@@ -78,8 +79,10 @@ def test_a_second_run_is_refused_naming_the_owner(tmp_path: Path, holders: list[
     assert str(run_dir) in message and "`name`" in message and "\n" not in message
 
 
-@pytest.mark.parametrize(("held", "wanted"), [("explore", "explore"), ("train", "train"), ("both", "explore"),
-                                              ("explore", "both"), ("train", "bench")])
+@pytest.mark.parametrize(
+    ("held", "wanted"),
+    [("explore", "explore"), ("train", "train"), ("both", "explore"), ("explore", "both"), ("bench", "bench")],
+)
 def test_roles_that_overlap_are_refused(tmp_path: Path, holders: list[Holder], held: str, wanted: str) -> None:
     holders.append(Holder(tmp_path, held))
     with pytest.raises(RunFolderBusyError, match=f"mode {held}"):
@@ -87,6 +90,15 @@ def test_roles_that_overlap_are_refused(tmp_path: Path, holders: list[Holder], h
     # nothing half-taken stays behind: once the holder is gone, the whole set can be taken
     holders[0].stop()
     lock_run_folder(tmp_path, wanted).release()
+
+
+@pytest.mark.parametrize("held", ["train", "explore", "both"])
+def test_a_bench_job_evaluates_beside_the_folders_other_jobs(tmp_path: Path, holders: list[Holder], held: str) -> None:
+    holders.append(Holder(tmp_path, held))
+    with lock_run_folder(tmp_path, "bench"):
+        bench = Owner.parse(lock_path(tmp_path, "bench").read_text())
+        assert bench is not None and bench.mode == "bench"
+    assert lock_path(tmp_path, "bench").read_text() == ""
 
 
 def test_explore_and_train_share_a_folder(tmp_path: Path, holders: list[Holder]) -> None:
@@ -99,7 +111,8 @@ def test_explore_and_train_share_a_folder(tmp_path: Path, holders: list[Holder])
 
 
 def test_a_killed_owner_is_taken_over_with_a_warning(
-        tmp_path: Path, holders: list[Holder], caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, holders: list[Holder], caplog: pytest.LogCaptureFixture
+) -> None:
     holders.append(Holder(tmp_path, "both"))
     dead = holders[0].process.pid
     holders[0].stop(signal.SIGKILL)
@@ -112,7 +125,8 @@ def test_a_killed_owner_is_taken_over_with_a_warning(
 
 
 def test_a_cleanly_released_lock_leaves_no_record_and_no_warning(
-        tmp_path: Path, holders: list[Holder], caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, holders: list[Holder], caplog: pytest.LogCaptureFixture
+) -> None:
     holders.append(Holder(tmp_path, "both"))
     holders[0].stop()
     assert lock_path(tmp_path, "explore").read_text() == ""
@@ -145,6 +159,7 @@ def test_lock_files_do_not_make_a_run_folder_look_used(tmp_path: Path) -> None:
 
     plan = make_plan({"checkpoint_root_dir": str(tmp_path), "continue_from_checkpoint": False})
     lock_run_folder(plan.run_dir, "both").release()
+    lock_run_folder(plan.run_dir, "bench").release()
     assert all(is_lock_file(entry) for entry in plan.run_dir.iterdir())
     assert fresh_run_dir(plan).run_dir == plan.run_dir
     (plan.run_dir / "metrics.jsonl").write_text("{}\n")
@@ -154,12 +169,18 @@ def test_lock_files_do_not_make_a_run_folder_look_used(tmp_path: Path) -> None:
 def _stages_config(tmp_path: Path) -> Config:
     from tests.plans import make_config
 
-    return make_config({"checkpoint_root_dir": str(tmp_path), "model.model_path": str(tmp_path / "model"),
-                        "stages": [{"stage_name": "one"}, {"stage_name": "two", "mode": "train"}]})
+    return make_config(
+        {
+            "checkpoint_root_dir": str(tmp_path),
+            "model.model_path": str(tmp_path / "model"),
+            "stages": [{"stage_name": "one"}, {"stage_name": "two", "mode": "train"}],
+        }
+    )
 
 
 def test_a_stages_run_holds_its_folder_from_the_first_stage_to_the_last(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from trinity.common.config.plan.run import run_dir_of
     from trinity.launcher import modes, stages
 
@@ -185,7 +206,8 @@ def test_a_stages_run_holds_its_folder_from_the_first_stage_to_the_last(
 
 
 def test_a_second_stages_run_is_refused_before_its_first_stage(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, holders: list[Holder]) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, holders: list[Holder]
+) -> None:
     from trinity.common.config.plan.run import run_dir_of
     from trinity.launcher import modes, stages
 

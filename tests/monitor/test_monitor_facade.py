@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import io
 import logging
 from pathlib import Path
@@ -15,6 +16,7 @@ from trinity.monitor import (
     METRICS_FILE,
     MONITOR_SINKS,
     MetricRecord,
+    MetricsWriteError,
     Monitor,
     MonitorError,
     Sink,
@@ -35,9 +37,12 @@ class RecordingSink(Sink):
         self.flushed = 0
         self.closed = 0
         self.fail_on_log = False
+        self.fail_with: OSError | None = None
         RecordingSink.instances.append(self)
 
     def log(self, record: MetricRecord) -> None:
+        if self.fail_with is not None:
+            raise self.fail_with
         if self.fail_on_log:
             raise OSError("disk on fire")
         self.records.append(record)
@@ -104,11 +109,49 @@ def test_an_unknown_sink_name_fails_before_anything_starts(tmp_path: Path) -> No
 
 
 def test_for_run_uses_the_run_folder_and_step_count(tmp_path: Path) -> None:
-    plan = make_plan({"project": "p", "name": "n", "checkpoint_root_dir": str(tmp_path), "buffer.total_steps": 12,
-                      "monitor.monitor_type": "none", "monitor.plot": False})
+    plan = make_plan(
+        {
+            "project": "p",
+            "name": "n",
+            "checkpoint_root_dir": str(tmp_path),
+            "buffer.total_steps": 12,
+            "monitor.monitor_type": "none",
+            "monitor.plot": False,
+        }
+    )
     assert plan.monitor == only(jsonl=True, progress=True)
     out = io.StringIO()
     with Monitor.for_run(plan, stream=out) as monitor:
         monitor.log({"reward/mean": 1.0}, step=1, phase="train")
     assert (tmp_path / "p" / "n" / METRICS_FILE).is_file()
     assert out.getvalue().startswith("[train] step 1/12 | reward 1")
+
+
+@pytest.mark.parametrize("call", ["log", "mark_resume"])
+def test_a_full_disk_under_the_metrics_file_stops_the_run_in_one_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, call: str
+) -> None:
+    # /dev/full is the kernel's always-full device: every write to it fails with a real ENOSPC.
+    (tmp_path / METRICS_FILE).symlink_to("/dev/full")
+    monitor = Monitor(only(jsonl=True), tmp_path, extra_sinks=["test-recording"])
+    with caplog.at_level(logging.WARNING, logger="trinity.monitor"), pytest.raises(MetricsWriteError) as caught:
+        if call == "log":
+            monitor.log({"a": 1.0}, step=1, phase="train")
+        else:
+            monitor.mark_resume(3)
+    monitor.close()
+    assert caught.value.exit_code == 2
+    assert str(caught.value).startswith(
+        f"cannot log metrics: No space left on device (errno ENOSPC) writing {tmp_path / METRICS_FILE}; "
+    )
+    assert not caplog.records, "no warning: the error says it all"
+
+
+def test_other_sinks_failing_on_a_full_disk_stay_warnings(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    monitor = Monitor(only(), tmp_path, extra_sinks=["test-recording"])
+    recorder = _recorder()
+    recorder.fail_with = OSError(errno.ENOSPC, "No space left on device")
+    with caplog.at_level(logging.WARNING, logger="trinity.monitor"):
+        monitor.log({"a": 1.0}, step=1, phase="train")
+    monitor.close()
+    assert monitor.sink_names == [] and "No space left on device" in caplog.records[0].getMessage()

@@ -28,6 +28,7 @@ from trinity.common.constants import SyncMethod
 from trinity.common.experience import Experience, make_batch
 from trinity.common.models.checksum import state_dict_checksum
 from trinity.manager.checkpoint_converter import ConversionError, convert_checkpoint
+from trinity.monitor.keys import SAVE_SECONDS
 from trinity.synchronizer.synchronizer import Synchronizer
 from trinity.trainer.checkpoint import CheckpointError
 from trinity.trainer.trainer import FSDPTrainer
@@ -38,12 +39,20 @@ ENTROPY_COEF = 0.01
 
 @pytest.fixture(scope="module")
 def grpo_config(tiny_path: Path, tmp_path_factory: pytest.TempPathFactory) -> RunPlan:
-    return make_trainer_plan(tiny_path, tmp_path_factory.mktemp("grpo"), "grpo", **{
-        "trainer.save_interval": 1, "trainer.max_checkpoints_to_keep": 2,
-        "algorithm.kl_loss_fn": "low_var_kl", "algorithm.kl_loss_fn_args": {"kl_coef": KL_COEF},
-        "algorithm.entropy_loss_fn": "default", "algorithm.entropy_loss_fn_args": {"entropy_coef": ENTROPY_COEF},
-        "algorithm.optimizer.lr_warmup_steps": 2,
-    })
+    return make_trainer_plan(
+        tiny_path,
+        tmp_path_factory.mktemp("grpo"),
+        "grpo",
+        **{
+            "trainer.save_interval": 1,
+            "trainer.max_checkpoints_to_keep": 2,
+            "algorithm.kl_loss_fn": "low_var_kl",
+            "algorithm.kl_loss_fn_args": {"kl_coef": KL_COEF},
+            "algorithm.entropy_loss_fn": "default",
+            "algorithm.entropy_loss_fn_args": {"entropy_coef": ENTROPY_COEF},
+            "algorithm.optimizer.lr_warmup_steps": 2,
+        },
+    )
 
 
 @pytest.fixture(scope="module")
@@ -62,13 +71,17 @@ def reference_step(model_path: Path, experiences: list[Experience], pad: int) ->
     batch = make_batch(experiences, pad)
     mask = batch.response_mask
     with torch.no_grad():
-        old = token_logprobs(model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits,
-                             batch.input_ids)
+        old = token_logprobs(
+            model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits, batch.input_ids
+        )
     advantages, _ = compute_advantages("grpo", AdvantageInputs.from_batch(batch))
     logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
     logprobs = token_logprobs(logits, batch.input_ids)
-    policy, _ = compute_policy_loss("ppo", PolicyLossInputs(logprobs=logprobs, response_mask=mask, old_logprobs=old,
-                                                            advantages=advantages), loss_agg_mode="token-mean")
+    policy, _ = compute_policy_loss(
+        "ppo",
+        PolicyLossInputs(logprobs=logprobs, response_mask=mask, old_logprobs=old, advantages=advantages),
+        loss_agg_mode="token-mean",
+    )
     kl, _ = kl_loss(logprobs, old, mask, coef=KL_COEF, kl_fn="low_var_kl")
     bonus, _ = entropy_bonus(entropy_from_logits(logits[:, :-1]), mask, coef=ENTROPY_COEF)
     loss = policy + kl - bonus
@@ -108,13 +121,15 @@ def test_grpo_step_matches_one_process_and_updates_weights(grpo: dict[str, Any],
 
 def test_checkpoints_every_step_keep_the_newest_two(grpo: dict[str, Any], grpo_config: RunPlan) -> None:
     trainer: FSDPTrainer = grpo["trainer"]
-    trainer.train_step(make_experiences(seed=2), checkpoint_extra={"task_position": 18, "buffer_position": 3})
+    third = trainer.train_step(make_experiences(seed=2), checkpoint_extra={"task_position": 18, "buffer_position": 3})
     root = trainer.checkpoint_dir
     assert sorted(p.name for p in root.iterdir() if not p.name.startswith(".")) == ["latest", "step-2", "step-3"]
     assert (root / "latest").read_text().strip() == "step-3"
     state = json.loads((root / "step-3" / "trainer_state.json").read_text())
     assert state["step"] == 3 and state["world_size"] == 2
-    assert state["extra"] == {"task_position": 18, "buffer_position": 3}
+    saved = {key: value for key, value in third.items() if key != SAVE_SECONDS}  # the save timed itself after writing
+    assert SAVE_SECONDS in third
+    assert state["extra"] == {"task_position": 18, "buffer_position": 3, "step_metrics": saved}  # the step's own
     assert (root / "step-3" / "hf" / "tokenizer.json").is_file() and (root / "step-3" / "actor" / ".metadata").is_file()
     assert not list(root.glob(".tmp-*"))
 
@@ -134,8 +149,9 @@ def test_sync_from_the_trainer_into_an_engine(grpo: dict[str, Any], tiny_path: P
         assert report.bytes == expected_bytes
 
 
-def test_sync_from_the_trainer_into_a_tensor_parallel_vllm_engine(grpo: dict[str, Any], tiny_path: Path,
-                                                                   tmp_path: Path) -> None:
+def test_sync_from_the_trainer_into_a_tensor_parallel_vllm_engine(
+    grpo: dict[str, Any], tiny_path: Path, tmp_path: Path
+) -> None:
     """The real FSDP2 trainer feeds a tp-2 vllm engine (vLLM is a double here) by every sync method."""
     from tests.doubles.vllm_path import vllm_double
     from trinity.common.models.engine import SamplingParams
@@ -151,8 +167,9 @@ def test_sync_from_the_trainer_into_a_tensor_parallel_vllm_engine(grpo: dict[str
             assert engine.state_dict_checksum() != expected  # the initial weights
             for offset, method in enumerate(("online", "checkpoint", "memory"), start=1):
                 settings = dataclasses.replace(trainer.run.sync, bucket_size_mb=1)
-                sync = Synchronizer(SyncMethod.parse(method), trainer, [engine], settings,
-                                    checkpoint_path=tmp_path / "sync")
+                sync = Synchronizer(
+                    SyncMethod.parse(method), trainer, [engine], settings, checkpoint_path=tmp_path / "sync"
+                )
                 try:
                     sync.sync(100 * offset)
                 finally:
@@ -205,8 +222,9 @@ def test_conversion_needs_no_device_nor_process_group(grpo: dict[str, Any], tmp_
         "assert 'torch_npu' not in sys.modules, 'torch_npu was imported'\n"
     )
     env = {**os.environ, "TRINITY_DEVICE": "npu", "TRINITY_DEVICE_RESOLVED": "1"}
-    done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, env=env,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", code], check=False, capture_output=True, text=True, env=env, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp_path / "out" / "model.safetensors").is_file()
 
@@ -225,7 +243,10 @@ def test_save_kill_resume_restores_step_optimizer_and_weights(
     assert resumed.step == 0
     restored = resumed.resume()
     assert restored is not None and restored["step"] == 3 and resumed.step == 3
-    assert restored["extra"] == {"task_position": 18, "buffer_position": 3}
+    assert {k: v for k, v in restored["extra"].items() if k != "step_metrics"} == {
+        "task_position": 18,
+        "buffer_position": 3,
+    }
     now = resumed.full_state_dict()
     assert all(torch.equal(weights[name], now[name]) for name in weights)
     reloaded = ray_local.get([w.optimizer_state.remote() for w in resumed.workers])

@@ -37,7 +37,7 @@ def _truncate(path: Path) -> None:
 def _flip(path: Path) -> None:
     data = bytearray(path.read_bytes())
     middle = len(data) // 2
-    data[middle:middle + 8] = bytes(b ^ 0xFF for b in data[middle:middle + 8])
+    data[middle : middle + 8] = bytes(b ^ 0xFF for b in data[middle : middle + 8])
     path.write_bytes(bytes(data))  # same size: only the checksum can tell
 
 
@@ -96,8 +96,13 @@ def test_a_saved_checkpoint_lists_every_file_and_verifies(two_checkpoints: tuple
 
 @pytest.mark.parametrize("damage", sorted(DAMAGES))
 def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_step(  # noqa: PLR0917 - fixtures
-        damage: str, tiny_path: Path, two_checkpoints: tuple[Path, dict[str, torch.Tensor]], tmp_path: Path,
-        caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]) -> None:
+    damage: str,
+    tiny_path: Path,
+    two_checkpoints: tuple[Path, dict[str, torch.Tensor]],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     source, weights = two_checkpoints
     checkpoints = _copy(source, tmp_path)
     harm, reason = DAMAGES[damage]
@@ -126,7 +131,8 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_step(  # noqa: P
 
 
 def test_no_intact_checkpoint_ends_the_resume_with_exit_2(
-        tiny_path: Path, two_checkpoints: tuple[Path, object], tmp_path: Path) -> None:
+    tiny_path: Path, two_checkpoints: tuple[Path, object], tmp_path: Path
+) -> None:
     checkpoints = _copy(two_checkpoints[0], tmp_path)
     _flip(_shard(checkpoints / "step-1"))
     _truncate(checkpoints / "step-2" / STATE_FILE)
@@ -139,8 +145,12 @@ def test_no_intact_checkpoint_ends_the_resume_with_exit_2(
 
 
 def test_a_checkpoint_without_manifest_is_accepted_with_one_log_line(
-        tiny_path: Path, two_checkpoints: tuple[Path, object], tmp_path: Path,
-        caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]) -> None:
+    tiny_path: Path,
+    two_checkpoints: tuple[Path, object],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     checkpoints = _copy(two_checkpoints[0], tmp_path)
     for step in ("step-1", "step-2"):  # as an older trinity wrote them
         (checkpoints / step / MANIFEST_FILE).unlink()
@@ -157,7 +167,8 @@ def test_a_checkpoint_without_manifest_is_accepted_with_one_log_line(
 
 
 def test_a_missing_manifest_of_a_new_checkpoint_is_incomplete(
-        two_checkpoints: tuple[Path, object], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    two_checkpoints: tuple[Path, object], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     checkpoints = _copy(two_checkpoints[0], tmp_path)
     (checkpoints / "step-2" / MANIFEST_FILE).unlink()
     (checkpoints / ".tmp-step-3").mkdir()
@@ -202,3 +213,49 @@ def test_the_no_intact_message_names_at_most_three_checkpoints(tmp_path: Path) -
     message = str(no_intact_checkpoint(tmp_path, rejected))
     assert "step-5 incomplete: trainer_state.json: missing" in message and "step-3" in message
     assert "step-2" not in message and "2 older ones too" in message
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGES))
+def test_callers_that_need_a_usable_checkpoint_skip_a_damaged_one_with_the_resume_warning(
+    two_checkpoints: tuple[Path, object],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
+    damage: str,
+) -> None:
+    from trinity.trainer.checkpoint import resolve_checkpoint, room_problem
+
+    checkpoints = _copy(two_checkpoints[0], tmp_path)
+    damage_fn, reason = DAMAGES[damage]
+    damage_fn(checkpoints / "step-2")
+    directory = CheckpointDir(checkpoints)
+    with caplog.at_level(logging.WARNING):
+        assert directory.usable_latest() == checkpoints / "step-1"
+        assert resolve_checkpoint(checkpoints) == checkpoints / "step-1"
+        assert directory.intact_steps() == [1]
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 3 and all(w.startswith(f"checkpoint {checkpoints / 'step-2'} is ") for w in warnings)
+    assert all(reason in w for w in warnings)
+    assert warnings[0].endswith("; falling back to step-1") and warnings[2].endswith("; skipping it")
+    assert room_problem(checkpoints) is None
+
+    assert main(["convert", str(checkpoints), str(tmp_path / "hf")]) == 0, capsys.readouterr().err
+    assert (tmp_path / "hf" / "config.json").is_file()
+
+
+def test_the_free_space_check_measures_the_newest_whole_checkpoint(
+    two_checkpoints: tuple[Path, object],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from collections import namedtuple
+
+    from trinity.trainer import checkpoint as checkpoint_module
+
+    checkpoints = _copy(two_checkpoints[0], tmp_path)
+    whole = verify(checkpoints / "step-1").size
+    _truncate(_shard(checkpoints / "step-2"))  # a truncated newest one would understate what a save needs
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(checkpoint_module.shutil, "disk_usage", lambda _: usage(0, 0, whole - 1))
+    problem = checkpoint_module.room_problem(checkpoints)
+    assert problem is not None and "(the size of step-1)" in problem

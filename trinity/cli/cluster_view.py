@@ -78,8 +78,9 @@ def describe_offer(offer: Sequence[NodeCount]) -> str:
     """Return ``"8 on 2 nodes, 4 on 1 node"``, or ``"none"`` for an empty offer."""
     if not offer:
         return "none"
-    return ", ".join(f"{group['count']:g} on {group['nodes']} node{'s' if group['nodes'] != 1 else ''}"
-                     for group in offer)
+    return ", ".join(
+        f"{group['count']:g} on {group['nodes']} node{'s' if group['nodes'] != 1 else ''}" for group in offer
+    )
 
 
 def requested_address(address: str | None, environ: Mapping[str, str] | None = None) -> tuple[str, str] | None:
@@ -105,20 +106,31 @@ def read_cluster(address: str | None, environ: Mapping[str, str] | None = None) 
     from trinity.common import ray_connect
 
     if target == "local":
-        return ClusterView(target, origin, note=(
-            f"{origin}=local: `trinity run` starts a fresh Ray instance on this machine, so the local probe decides"))
+        return ClusterView(
+            target,
+            origin,
+            note=(
+                f"{origin}=local: `trinity run` starts a fresh Ray instance on this machine, so the local probe decides"
+            ),
+        )
     if target == "auto":
         live = ray_connect.running_local_cluster()
         if live is None:
-            return ClusterView(target, origin, note=(
-                f"{origin}=auto: no running local Ray cluster (none recorded, or it does not answer); "
-                "`trinity run` would start one here, so the local probe decides"))
+            return ClusterView(
+                target,
+                origin,
+                note=(
+                    f"{origin}=auto: no running local Ray cluster (none recorded, or it does not answer); "
+                    "`trinity run` would start one here, so the local probe decides"
+                ),
+            )
         target = live
-    problem = None if target.startswith("ray://") else ray_connect.gcs_problem(target, REACH_TIMEOUT_S)
+    problem = ray_connect.address_problem(target, REACH_TIMEOUT_S)
     if problem is not None:
         raise CLIError(
             f"no Ray cluster answers at {target!r} (from {origin}): {problem}; check the host:port (`ray status` "
-            f"on the head node prints it), or leave out {origin} to see this machine alone", EXIT_USAGE,
+            f"on the head node prints it), or leave out {origin} to see this machine alone",
+            EXIT_USAGE,
         )
     return _read(target, origin, requested[0])
 

@@ -63,14 +63,8 @@ _H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 
 _H2_SETTINGS = 4
 
 
-def gcs_problem(address: str, timeout_s: float = 2.0) -> str | None:
-    """Return why ``address`` (``host:port``) is not a Ray cluster's GCS, or None when it answers like one.
-
-    Ray's GCS is a gRPC server, so it answers an HTTP/2 preface with a
-    SETTINGS frame. Nothing listening, a listener that stays silent for
-    ``timeout_s``, or one that answers anything else is a problem; the probe
-    never waits longer than about ``timeout_s``.
-    """
+def _grpc_problem(address: str, service: str, timeout_s: float) -> str | None:
+    """Return why ``address`` (``host:port``) does not answer like a gRPC server, naming ``service``, or None."""
     host, _, port = address.rpartition(":")
     try:
         with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s) as sock:
@@ -85,12 +79,48 @@ def gcs_problem(address: str, timeout_s: float = 2.0) -> str | None:
     except ValueError:
         return "it is not a host:port address"
     except TimeoutError:
-        return f"something listens there but did not answer as a Ray cluster within {timeout_s:g} s"
+        return f"something listens there but did not answer as a {service} within {timeout_s:g} s"
     except OSError as exc:
         return f"nothing answers there ({exc.strerror or exc})"
     if len(header) == 9 and header[3] == _H2_SETTINGS:
         return None
-    return "something listens there but it is not a Ray cluster (it does not speak Ray's gRPC protocol)"
+    return f"something listens there but it is not a {service} (it does not speak Ray's gRPC protocol)"
+
+
+def gcs_problem(address: str, timeout_s: float = 2.0) -> str | None:
+    """Return why ``address`` (``host:port``) is not a Ray cluster's GCS, or None when it answers like one.
+
+    Ray's GCS is a gRPC server, so it answers an HTTP/2 preface with a
+    SETTINGS frame. Nothing listening, a listener that stays silent for
+    ``timeout_s``, or one that answers anything else is a problem; the probe
+    never waits longer than about ``timeout_s``.
+    """
+    return _grpc_problem(address, "Ray cluster", timeout_s)
+
+
+#: The port of Ray's client server when a ``ray://`` address names none.
+RAY_CLIENT_PORT = 10001
+
+
+def client_address(address: str) -> str:
+    """Return the ``host:port`` a ``ray://host[:port][/...]`` address connects to (port 10001 when none is given)."""
+    rest = address[len("ray://") :].split("/", 1)[0]
+    _, sep, port = rest.rpartition(":")
+    if not sep or not port.isdigit():
+        return f"{rest}:{RAY_CLIENT_PORT}"
+    return rest
+
+
+def address_problem(address: str, timeout_s: float = 2.0) -> str | None:
+    """Return why ``address`` (a GCS ``host:port`` or a ``ray://`` client address) is not Ray, or None.
+
+    A ``ray://`` address is probed at its client server (see
+    :func:`client_address`) the way :func:`gcs_problem` probes a GCS: Ray's
+    client server is a gRPC server too.
+    """
+    if address.startswith("ray://"):
+        return _grpc_problem(client_address(address), "Ray client server", timeout_s)
+    return gcs_problem(address, timeout_s)
 
 
 def running_local_cluster() -> str | None:
@@ -105,14 +135,14 @@ def running_local_cluster() -> str | None:
 def check_address(address: str = "") -> None:
     """Raise :class:`RayConnectionError` when ``address`` (else ``RAY_ADDRESS``) names a cluster that is not there.
 
-    Empty, ``local`` and ``auto`` name no cluster and pass, as does a
-    ``ray://`` client address (not probed); the check takes about two
-    seconds at most.
+    Empty, ``local`` and ``auto`` name no cluster and pass; a ``ray://``
+    client address is probed at its client server. The check takes about
+    two seconds at most.
     """
     target = address or os.environ.get("RAY_ADDRESS", "")
-    if not target or target in ("local", "auto") or target.startswith("ray://"):
+    if not target or target in ("local", "auto"):
         return
-    problem = gcs_problem(target)
+    problem = address_problem(target)
     if problem is not None:
         raise RayConnectionError(
             f"no Ray cluster answers at {target!r}: {problem}; check cluster.ray_address / RAY_ADDRESS "
@@ -121,8 +151,12 @@ def check_address(address: str = "") -> None:
         )
 
 
-def connect(address: str = "", num_cpus: int | None = None,
-            local_resources: Callable[[], Mapping[str, float]] | None = None, **init_kwargs: Any) -> RayConnection:
+def connect(
+    address: str = "",
+    num_cpus: int | None = None,
+    local_resources: Callable[[], Mapping[str, float]] | None = None,
+    **init_kwargs: Any,
+) -> RayConnection:
     """Connect to Ray at ``address``, else to ``RAY_ADDRESS``, else to a live local cluster, else start one.
 
     ``local_resources()`` (asked only when a local cluster is started here)

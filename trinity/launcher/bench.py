@@ -14,12 +14,16 @@ from trinity.launcher.steps import call_all, monitor_for, scheduler_for, start_e
 
 logger = logging.getLogger("trinity.launcher")
 
+#: Where a bench job keeps what it writes besides its metrics: ``device.json`` and each checkpoint's export.
+BENCH_DIR = "bench"
+
 
 def run_bench(session: Session) -> None:
     """Evaluate the starting model and every saved checkpoint of the run on the evaluation task sets.
 
     The engines start with ``model.model_path`` (logged as step 0); then each
-    complete checkpoint under ``<run>/checkpoints``, in step order (only the
+    intact checkpoint under ``<run>/checkpoints`` (a damaged one is skipped
+    with a one-line warning), in step order (only the
     latest with ``explorer.bench_on_latest_checkpoint``), is exported to
     ``<run>/bench/step-N`` (kept, and refreshed when the checkpoint is newer),
     loaded by every engine as version N and evaluated (logged as step N).
@@ -32,7 +36,7 @@ def run_bench(session: Session) -> None:
 
     plan = session.plan
     checkpoints = CheckpointDir(session.run_dir / "checkpoints")
-    steps = [step for step in checkpoints.complete_steps() if step > 0]
+    steps = [step for step in checkpoints.intact_steps() if step > 0]  # a damaged one is skipped with a warning
     if plan.explorer.bench_on_latest_checkpoint:
         steps = steps[-1:]
     if not steps:
@@ -51,11 +55,11 @@ def run_bench(session: Session) -> None:
             metrics["bench/model_version"] = float(min(call_all(engines.rollout, "model_version")))
             monitor.log(metrics, step=step, phase=PHASE_EVAL)
 
-        write_device_record(session, engines=engines)
+        write_device_record(session, engines=engines, folder=session.run_dir / BENCH_DIR)  # the run's own stays
         evaluate_now(0)
         for step in steps:
             try:
-                folder = export_for_engines(checkpoints.step_path(step), session.run_dir / "bench" / f"step-{step}")
+                folder = export_for_engines(checkpoints.step_path(step), session.run_dir / BENCH_DIR / f"step-{step}")
             except ConversionError:
                 if not checkpoints.step_path(step).is_dir():  # pruned by a train job since it was listed
                     logger.warning("bench: checkpoint step-%d was removed before it could be evaluated", step)

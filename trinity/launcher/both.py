@@ -69,6 +69,7 @@ def verify_sync(trainer: Any, engines: list[Any], version: int) -> float:
 def run_both(session: Session) -> None:
     """Explore and train in one loop on one Ray cluster (see the module docstring)."""
     from trinity.buffer import TaskScheduler, make_storage
+    from trinity.launcher.restored_row import logged_before, missing_train_row
     from trinity.synchronizer.synchronizer import Synchronizer, default_sync_path
     from trinity.trainer.trainer import FSDPTrainer
 
@@ -78,9 +79,14 @@ def run_both(session: Session) -> None:
     with contextlib.ExitStack() as stack:
         placement = place(plan, layout)
         stack.callback(placement.remove)
-        trainer = FSDPTrainer(plan, world_size=layout.trainers, use_torch_compile=layout.use_torch_compile,
-                              total_steps=total_train_steps(session, tasks.total_batches),
-                              checkpoint_dir=session.run_dir / "checkpoints", placement_group=placement.trainer_group)
+        trainer = FSDPTrainer(
+            plan,
+            world_size=layout.trainers,
+            use_torch_compile=layout.use_torch_compile,
+            total_steps=total_train_steps(session, tasks.total_batches),
+            checkpoint_dir=session.run_dir / "checkpoints",
+            placement_group=placement.trainer_group,
+        )
         stack.callback(trainer.shutdown)
         engines = start_engines(session, placement)
         stack.callback(engines.shutdown)
@@ -92,8 +98,9 @@ def run_both(session: Session) -> None:
         stack.callback(pipeline.finish)
         strategy = strategy_for(session, storage)
         resumed = trainer.resume() if plan.config.continue_from_checkpoint else None
-        sync = Synchronizer(layout.sync_method, trainer, engines.rollout, plan.sync,
-                            checkpoint_path=default_sync_path(plan))
+        sync = Synchronizer(
+            layout.sync_method, trainer, engines.rollout, plan.sync, checkpoint_path=default_sync_path(plan)
+        )
         stack.callback(sync.close)
         scheduler = scheduler_for(session, engines)
         recovery = recovery_for(session, engines, [scheduler, sync])
@@ -101,14 +108,34 @@ def run_both(session: Session) -> None:
         monitor = monitor_for(session, total_train_steps(session, tasks.total_batches))
         stack.callback(_close_monitor, monitor)
         stack.callback(write_ray_timeline, session)
-        loop = BothLoop(session, tasks=tasks, trainer=trainer, engines=engines.rollout, pipeline=pipeline,
-                        strategy=strategy, sync=sync, scheduler=scheduler, monitor=monitor, verify=verify_sync,
-                        storage=storage, recovery=recovery)
+        loop = BothLoop(
+            session,
+            tasks=tasks,
+            trainer=trainer,
+            engines=engines.rollout,
+            pipeline=pipeline,
+            strategy=strategy,
+            sync=sync,
+            scheduler=scheduler,
+            monitor=monitor,
+            verify=verify_sync,
+            storage=storage,
+            recovery=recovery,
+        )
         if resumed is not None:
+            loop.restored_row = missing_train_row(session.run_dir, resumed)
             loop.restore(resumed["extra"] or {})
-            logger.info("resumed from %s at step %d; exploring from batch %d", resumed["path"], resumed["step"],
-                        tasks.position.step + 1)
+            logger.info(
+                "resumed from %s at step %d; exploring from batch %d",
+                resumed["path"],
+                resumed["step"],
+                tasks.position.step + 1,
+            )
             monitor.mark_resume(resumed["step"], {"explore": tasks.position.step})
+        else:
+            loop.start_afresh()
+            if logged_before(session.run_dir):  # a killed run's rows: this run logs their steps again
+                monitor.mark_resume(0)
         loop.run(resumed is not None)
 
 

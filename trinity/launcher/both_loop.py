@@ -27,6 +27,13 @@ version gate, so neither kind of drop deadlocks the run; once the tasks run
 out the explorer closes the buffer, so a trainer whose last groups were
 dropped as stale stops instead of waiting for more.
 
+Each training step's record splits its wall time (:mod:`trinity.monitor.step_clock`):
+rollout batches, the trainer's update, checkpoint saves, syncs and
+evaluations are timed as spans, and the step, from the previous step's end to
+its own, is divided among them, the trainer's work first where a rollout
+overlaps it; what none covers is the driver's share. The trainer's wait for
+its batch is logged beside (``time/explore_wait_s``).
+
 A checkpoint stores :meth:`BothLoop.checkpoint_state`, taken when the
 trainer saves it (after the step's batch was read, before the next). With a
 persistent buffer (SQLite) the batches already stored stay: the
@@ -55,6 +62,8 @@ from trinity.buffer.errors import BufferExhaustedError, StorageError
 from trinity.launcher.evaluation import evaluate
 from trinity.launcher.session import Session
 from trinity.launcher.steps import explore_metrics, training_tasks
+from trinity.monitor import step_clock
+from trinity.monitor.keys import EXPLORE_WAIT_SECONDS, SAVE_SECONDS
 from trinity.utils import stop
 
 logger = logging.getLogger("trinity.launcher")
@@ -66,9 +75,22 @@ _STOP_GRACE_S = 30.0
 class BothLoop:
     """Explorer thread plus trainer (main thread), meeting in the buffer and the synchronizer."""
 
-    def __init__(self, session: Session, *, tasks: Any, trainer: Any, engines: list[Any], pipeline: Any,
-                 strategy: Any, sync: Any, scheduler: Any, monitor: Any,
-                 verify: Any = None, storage: Any = None, recovery: Any = None) -> None:
+    def __init__(
+        self,
+        session: Session,
+        *,
+        tasks: Any,
+        trainer: Any,
+        engines: list[Any],
+        pipeline: Any,
+        strategy: Any,
+        sync: Any,
+        scheduler: Any,
+        monitor: Any,
+        verify: Any = None,
+        storage: Any = None,
+        recovery: Any = None,
+    ) -> None:
         """Drive the given parts; ``storage`` is the experience storage the pipeline writes to, if known."""
         self.session = session
         self.storage = storage
@@ -84,6 +106,8 @@ class BothLoop:
         self.verify = verify
         #: Replaces dead engines (:class:`~trinity.explorer.recovery.EngineRecovery`); None: they stay dead.
         self.recovery = recovery
+        #: Metrics of the resumed checkpoint's step when its run did not log them (logged after the first sync).
+        self.restored_row: dict[str, float] | None = None
         self.style = getattr(self.plan.sync, "style", "fixed")
         #: Rollout groups one training step takes (the strategy's batch; ``mix`` adds its expert rows to it).
         self.groups_per_step = int(strategy.batch_size)
@@ -119,6 +143,10 @@ class BothLoop:
         #: Held while a batch is stored and counted, so a checkpoint sees the buffer and the counters agree.
         self._store_lock = threading.Lock()
         self._monitor_lock = threading.Lock()
+        #: Splits each training step's wall time into rollout, training, saving, syncing, evaluation and the rest.
+        self.clock = step_clock.StepClock()
+        #: Seconds the trainer has waited for its next batch since the last training step (main thread only).
+        self._batch_wait_s = 0.0
 
     # -- the run ------------------------------------------------------------------------------------------
 
@@ -128,9 +156,12 @@ class BothLoop:
 
         plan = self.plan
         if resumed:  # fresh engines load model_path; after a resume they need the trained weights
-            self.sync.sync(version=self.trainer.step)
+            report = self.sync.sync(version=self.trainer.step)
+            if self.restored_row is not None:
+                self._log_restored_row(self.restored_row, report)
         if plan.buffer.eval_tasksets and plan.explorer.eval_on_startup and not resumed:
             self._log(evaluate(plan, self.scheduler, self.trainer.step), self.trainer.step, PHASE_EVAL)
+        self.clock.restart()  # the first step's window opens with the loop, after start-up work
         explorer = threading.Thread(target=self._explorer_main, name="trinity-explorer", daemon=True)
         explorer.start()
         try:
@@ -204,15 +235,16 @@ class BothLoop:
         if batch is None:
             return False
         position = self.tasks.state_dict()
-        with self.engine_lock:
+        with self.engine_lock, self.clock.span(step_clock.EXPLORE):
             result = self.scheduler.run(training_tasks(self.session, batch, step))
         experiences = result.experiences
         if result.failures:
             logger.warning("step %d: %d task(s) failed: %s", step + 1, len(result.failures), result.failures[0].error)
         dropped = int(result.metrics.get("dropped_groups", 0) + result.metrics.get("abandoned_groups", 0))
         if not experiences:
-            logger.warning("step %d: no group completed (%d dropped); the step adds nothing to train on", step + 1,
-                           dropped)
+            logger.warning(
+                "step %d: no group completed (%d dropped); the step adds nothing to train on", step + 1, dropped
+            )
         with self._store_lock:
             stored = self.pipeline.write_step(experiences, batch=step, dropped_groups=dropped)
             groups = len({e.group_id for e in stored})
@@ -281,8 +313,11 @@ class BothLoop:
             logger.warning("SIGTERM: stopping after step %d, whose checkpoint was already saved", step)
         else:
             path = self.trainer.save_checkpoint(self.checkpoint_state())
-            logger.warning("SIGTERM: stopping after step %d; saved its checkpoint %s (the same command resumes "
-                           "from it)", step, path)
+            logger.warning(
+                "SIGTERM: stopping after step %d; saved its checkpoint %s (the same command resumes from it)",
+                step,
+                path,
+            )
 
     def _trainer_done(self) -> bool:
         limit = self.plan.trainer.total_steps
@@ -312,7 +347,9 @@ class BothLoop:
                         return self._take(waiting) if waiting else None  # the last batch may be smaller
                     self.trainer_waiting = True
                     self.cond.notify_all()
+                    asleep = time.monotonic()
                     self.cond.wait(0.2)
+                    self._batch_wait_s += time.monotonic() - asleep
             finally:
                 self.trainer_waiting = False
 
@@ -363,9 +400,12 @@ class BothLoop:
     def _skip(self) -> None:
         """A step whose places the explorer dropped entirely: nothing to train on, so it is skipped."""
         self.skipped_batches += 1
-        logger.warning("a training batch of %d groups is skipped: the explorer dropped every one of them "
-                       "(their rollouts failed); %d batch(es) skipped so far", self.groups_per_step,
-                       self.skipped_batches)
+        logger.warning(
+            "a training batch of %d groups is skipped: the explorer dropped every one of them "
+            "(their rollouts failed); %d batch(es) skipped so far",
+            self.groups_per_step,
+            self.skipped_batches,
+        )
         self._release()
 
     def _train(self, groups: int) -> bool:
@@ -380,10 +420,14 @@ class BothLoop:
         except BufferExhaustedError:
             logger.info("the explorer is done and the sample strategy dropped every group left; training stops")
             return False
-        logger.info("train step %d: %d experiences of groups %s, model versions %s", version + 1, len(experiences),
-                    " ".join(dict.fromkeys(str(e.group_id) for e in experiences)),
-                    sorted({int(e.model_version) for e in experiences}))
-        metrics = self.trainer.train_step(experiences, checkpoint_extra=self.checkpoint_state)
+        logger.info(
+            "train step %d: %d experiences of groups %s, model versions %s",
+            version + 1,
+            len(experiences),
+            " ".join(dict.fromkeys(str(e.group_id) for e in experiences)),
+            sorted({int(e.model_version) for e in experiences}),
+        )
+        metrics = self._timed_train_step(experiences)
         metrics.update(self._strategy_metrics())
         if self.skipped_batches:
             metrics["buffer/skipped_batches"] = float(self.skipped_batches)
@@ -392,12 +436,32 @@ class BothLoop:
         step = self.trainer.step
         if self.style != "explorer_driven" and self.sync.policy.should_sync(step):
             metrics.update(self._sync_now(step))
+        metrics.update(self.clock.close_step())  # closed before the explorer may start the next batch
+        metrics[EXPLORE_WAIT_SECONDS], self._batch_wait_s = self._batch_wait_s, 0.0
         self._release()
         self._log(metrics, step, PHASE_TRAIN)
         interval = plan.explorer.eval_interval
         if plan.buffer.eval_tasksets and interval and step % interval == 0:
             self._evaluate(step)
         return True
+
+    def _timed_train_step(self, experiences: list[Any]) -> dict[str, float]:
+        """Run the trainer's step, counting its update as training and the checkpoint it saved (if any) as saving."""
+        started = time.monotonic()
+        metrics: dict[str, float] = self.trainer.train_step(experiences, checkpoint_extra=self.checkpoint_state)
+        self.clock.add_training(started, time.monotonic(), float(metrics.get(SAVE_SECONDS, 0.0)))
+        return metrics
+
+    def _log_restored_row(self, row: dict[str, float], report: Any) -> None:
+        """Log the resumed checkpoint's step row its run did not log, with the resumed run's first sync's metrics."""
+        from trinity.monitor.keys import PHASE_TRAIN, SYNC_SECONDS
+
+        step = self.trainer.step
+        metrics = {**row, **report.metrics(), SYNC_SECONDS: report.seconds}
+        if self.plan.sync.verify_checksums and self.verify is not None:
+            metrics["sync/checksum_match"] = self.verify(self.trainer, self.engines, step)
+        logger.info("train step %d: its row was not logged before the run stopped; logged from its checkpoint", step)
+        self._log(metrics, step, PHASE_TRAIN)
 
     def _strategy_metrics(self) -> dict[str, float]:
         stats = getattr(self.strategy, "stats", None) or {}
@@ -409,11 +473,12 @@ class BothLoop:
         from trinity.monitor.keys import SYNC_SECONDS, SYNC_WAIT_SECONDS
 
         asked = time.monotonic()
-        with self.engine_lock:  # a rollout batch in flight finishes first
+        with self.engine_lock, self.clock.span(step_clock.SYNC):  # a rollout batch in flight finishes first
             waited = time.monotonic() - asked
             # fresh engines replacing dead ones join here, and an engine found dead by the sync is replaced
-            report = (self.recovery.sync(self.sync, version) if self.recovery is not None
-                      else self.sync.sync(version=version))
+            report = (
+                self.recovery.sync(self.sync, version) if self.recovery is not None else self.sync.sync(version=version)
+            )
             metrics: dict[str, float] = dict(report.metrics())
             metrics[SYNC_SECONDS] = report.seconds
             metrics[SYNC_WAIT_SECONDS] = waited
@@ -428,7 +493,7 @@ class BothLoop:
     def _evaluate(self, step: int) -> None:
         from trinity.monitor.keys import PHASE_EVAL
 
-        with self.engine_lock:
+        with self.engine_lock, self.clock.span(step_clock.EVAL):
             metrics = evaluate(self.plan, self.scheduler, step)
         self._log(metrics, step, PHASE_EVAL)
 
@@ -474,15 +539,22 @@ class BothLoop:
                 position, retrained = self._consumed()
                 return {"tasks": dict(position), "written": written, "retrained_places": retrained}
             loop = {
-                "explored_places": self.explored_places, "explored_groups": self.explored_groups,
-                "taken_places": self.taken_places, "taken_groups": self.taken_groups,
-                "skipped_batches": self.skipped_batches, "absorbed": self.absorbed,
+                "explored_places": self.explored_places,
+                "explored_groups": self.explored_groups,
+                "taken_places": self.taken_places,
+                "taken_groups": self.taken_groups,
+                "skipped_batches": self.skipped_batches,
+                "absorbed": self.absorbed,
                 "untaken": [list(batch) for batch in self.untaken],
                 "explored": [[places, dict(position)] for places, position in self.explored],
                 "consumed": [self.consumed_places, dict(self.consumed_position)],
             }
-            return {"tasks": dict(self.stored_position), "written": written,
-                    "strategy": self.strategy.state_dict(), "loop": loop}
+            return {
+                "tasks": dict(self.stored_position),
+                "written": written,
+                "strategy": self.strategy.state_dict(),
+                "loop": loop,
+            }
 
     def _consumed(self) -> tuple[dict[str, Any], int]:
         """Return the task position after the last batch wholly consumed, and the places consumed beyond it."""
@@ -493,6 +565,30 @@ class BothLoop:
                 break
             places, position = after, state
         return position, max(0, consumed - places)
+
+    def start_afresh(self) -> int:
+        """Empty the persistent storages before a run that loads no checkpoint; return how many experiences it cut.
+
+        What they hold was written by an earlier run of this folder whose work
+        no checkpoint kept (it was killed before its first save, or the user
+        set ``continue_from_checkpoint: false``): this run explores every batch
+        again, so keeping those rows would train their groups twice.
+        """
+        cut = 0
+        for storage in self._storages().values():
+            end = storage.end_position()
+            if not any(end.values()):
+                continue
+            dropped = storage.truncate(dict.fromkeys(end, 0))
+            if dropped:
+                logger.warning(
+                    "%s: dropped %d experience(s) of an earlier run that saved no checkpoint; this run "
+                    "explores from the first batch",
+                    storage.describe(),
+                    dropped,
+                )
+            cut += dropped
+        return cut
 
     def restore(self, extra: dict[str, Any]) -> None:
         """Continue from a checkpoint's :meth:`checkpoint_state` (call before :meth:`run`).
@@ -517,15 +613,21 @@ class BothLoop:
                 )
             cut = storage.truncate(position)
             if cut:
-                logger.info("%s: dropped %d experience(s) stored after the checkpoint; their batches are explored "
-                            "again", storage.describe(), cut)
+                logger.info(
+                    "%s: dropped %d experience(s) stored after the checkpoint; their batches are explored again",
+                    storage.describe(),
+                    cut,
+                )
         loop = extra.get("loop")
         if loop is None:
             retrained = int(extra.get("retrained_places", 0))
             if retrained:
-                logger.warning("the checkpoint was taken in the middle of an explorer batch: %d group(s) consumed "
-                               "before it are explored and trained again, because a queue buffer does not outlive "
-                               "the run; use a persistent buffer (storage_type: sql) to resume exactly", retrained)
+                logger.warning(
+                    "the checkpoint was taken in the middle of an explorer batch: %d group(s) consumed "
+                    "before it are explored and trained again, because a queue buffer does not outlive "
+                    "the run; use a persistent buffer (storage_type: sql) to resume exactly",
+                    retrained,
+                )
             return
         self.strategy.load_state_dict(extra["strategy"])
         self.explored_places = int(loop["explored_places"])

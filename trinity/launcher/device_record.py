@@ -38,8 +38,9 @@ def device_record(session: Session, trainer: Any = None, engines: Any = None) ->
         for group, members in groups.items():
             for index, engine in enumerate(members):
                 for worker in _assignments(engine):
-                    actors.append({"role": "engine", "name": f"{group}-{index}", "engine_group": group,
-                                   "engine": index, **worker})
+                    actors.append(
+                        {"role": "engine", "name": f"{group}-{index}", "engine_group": group, "engine": index, **worker}
+                    )
     return {
         "backend": session.selection.name,
         "selection_source": session.selection.source,
@@ -53,12 +54,15 @@ def device_record(session: Session, trainer: Any = None, engines: Any = None) ->
     }
 
 
-def write_device_record(session: Session, trainer: Any = None, engines: Any = None) -> Path:
-    """Write ``<run>/device.json`` (see :func:`device_record`), log its summary line and return its path."""
+def write_device_record(session: Session, trainer: Any = None, engines: Any = None, folder: Path | None = None) -> Path:
+    """Write ``device.json`` (see :func:`device_record`) into ``folder`` (default: the run folder), log its
+    summary line and return its path."""
     from trinity.utils.fs import write_text_atomic
 
     record = device_record(session, trainer, engines)
-    path = session.run_dir / DEVICE_RECORD_FILE
+    target = folder if folder is not None else session.run_dir
+    target.mkdir(parents=True, exist_ok=True)
+    path = target / DEVICE_RECORD_FILE
     write_text_atomic(path, json.dumps(record, indent=2) + "\n")
     logger.info("%s", summary(record))
     return path

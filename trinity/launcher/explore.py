@@ -38,7 +38,8 @@ def warn_if_not_persistent(session: Session) -> None:
         logger.warning(
             "mode %s with a queue experience buffer: the queue lives only as long as this job; use "
             "buffer.trainer_input.experience_buffer.storage_type: sql to hand experiences from an explore job "
-            "to a train job", session.plan.mode,
+            "to a train job",
+            session.plan.mode,
         )
 
 
@@ -87,8 +88,9 @@ def run_explore(session: Session) -> None:
     with contextlib.ExitStack() as stack:
         stack.callback(storage.release)
         if tasks.finished:
-            logger.info("explore: all %d steps were explored already (%s); nothing to do", tasks.total_batches,
-                        state_file)
+            logger.info(
+                "explore: all %d steps were explored already (%s); nothing to do", tasks.total_batches, state_file
+            )
         else:
             _explore(session, tasks, storage, state_file)
         storage.close()  # the writers are done: readers drain the buffer, then stop (a failed job leaves it open)
@@ -108,15 +110,29 @@ def _explore(session: Session, tasks: Any, storage: Any, state_file: Path) -> No
         scheduler = scheduler_for(session, engines)
         monitor = monitor_for(session, session.plan.buffer.total_steps)
         stack.callback(monitor.close)
+        from trinity.launcher.restored_row import logged_before
+        from trinity.monitor.keys import PHASE_EVAL, PHASE_EXPLORE
+
+        # a train job may log into the same file: a marker supersedes the explorer's rows only
         if tasks.position.step:  # continuing after the explorer state of an earlier run
-            monitor.mark_resume(tasks.position.step)
+            monitor.mark_resume(tasks.position.step, scope=(PHASE_EXPLORE, PHASE_EVAL))
+        elif logged_before(session.run_dir, (PHASE_EXPLORE, PHASE_EVAL)):  # a killed run's rows, explored again
+            monitor.mark_resume(0, scope=(PHASE_EXPLORE, PHASE_EVAL))
         write_device_record(session, engines=engines)
-        _explore_batches(session, tasks, engines=engines, scheduler=scheduler, pipeline=pipeline, monitor=monitor,
-                         state_file=state_file)
+        _explore_batches(
+            session,
+            tasks,
+            engines=engines,
+            scheduler=scheduler,
+            pipeline=pipeline,
+            monitor=monitor,
+            state_file=state_file,
+        )
 
 
-def _explore_batches(session: Session, tasks: Any, *, engines: EngineSet, scheduler: Any, pipeline: Any,
-                     monitor: Any, state_file: Path) -> None:
+def _explore_batches(
+    session: Session, tasks: Any, *, engines: EngineSet, scheduler: Any, pipeline: Any, monitor: Any, state_file: Path
+) -> None:
     """Explore batch after batch until the tasks run out, loading newly published weights before each batch."""
     from trinity.monitor.keys import PHASE_EXPLORE
     from trinity.synchronizer.synchronizer import default_sync_path
@@ -138,20 +154,22 @@ def _explore_batches(session: Session, tasks: Any, *, engines: EngineSet, schedu
             loaded = version
         result = scheduler.run(training_tasks(session, batch, step))
         if result.failures:
-            logger.warning("step %d: %d task(s) failed: %s", step + 1, len(result.failures),
-                           result.failures[0].error)
+            logger.warning("step %d: %d task(s) failed: %s", step + 1, len(result.failures), result.failures[0].error)
         dropped = int(result.metrics.get("dropped_groups", 0) + result.metrics.get("abandoned_groups", 0))
         if not result.experiences:
-            logger.warning("step %d: no group completed (%d dropped); nothing stored, the step is skipped",
-                           step + 1, dropped)
+            logger.warning(
+                "step %d: no group completed (%d dropped); nothing stored, the step is skipped", step + 1, dropped
+            )
         # every rollout of the batch is in result: a group the pipeline still holds will never be completed,
         # so it is released with the batch, and the batch is stored in one atomic write that says it is final
         pipeline.write_step(result.experiences, batch=step, dropped_groups=dropped)
-        state = {"tasks": tasks.state_dict(), "model_version": loaded}
-        write_text_atomic(state_file, json.dumps(state, indent=2, sort_keys=True) + "\n")
         metrics = explore_metrics(result, result.experiences)
         metrics["explore/model_version"] = float(loaded)
+        # the row before the state: a run killed between the two explores the step again and logs it anew
         monitor.log(metrics, step=step + 1, phase=PHASE_EXPLORE)
+        monitor.flush()
+        state = {"tasks": tasks.state_dict(), "model_version": loaded}
+        write_text_atomic(state_file, json.dumps(state, indent=2, sort_keys=True) + "\n")
         if recovery.prepare(scheduler.dead_engines):
             recovery.admit()
             loaded = 0  # a fresh engine holds model.model_path: every engine loads the published weights again

@@ -6,6 +6,7 @@ import contextlib
 from collections.abc import Callable
 
 from trinity.common.config.plan.run import RunPlan
+from trinity.launcher.lost_actor import lost_actor
 from trinity.launcher.session import Session, open_session
 
 
@@ -19,9 +20,19 @@ def _modes() -> dict[str, Callable[[Session], None]]:
 
 
 def run_plan(plan: RunPlan) -> int:
-    """Run a resolved plan; return the exit status. The session is closed (Ray disconnected) however the mode ends."""
+    """Run a resolved plan; return the exit status. The session is closed (Ray disconnected) however the mode ends.
+
+    Raises :class:`~trinity.launcher.lost_actor.ActorLostError` when one of the
+    run's Ray actors died and the mode could not go on without it.
+    """
     with contextlib.ExitStack() as stack:
         session = open_session(plan)
         stack.callback(session.close)
-        _modes()[plan.mode](session)
+        try:
+            _modes()[plan.mode](session)
+        except Exception as exc:
+            lost = lost_actor(exc)
+            if lost is None:
+                raise
+            raise lost from exc
     return 0

@@ -5,7 +5,10 @@ file per role it plays in its run folder: ``explore.lock`` and/or
 ``train.lock``. A mode ``explore`` job and a mode ``train`` job can therefore
 share a folder (they meet in its buffer), while a second job wanting a role
 that is taken is refused at once, naming the holder. Each lock file records
-its holder (pid, host, start time, mode); the record is emptied when the
+its holder (pid, host, start time, mode). A mode ``bench`` job only reads the
+checkpoints and appends its own evaluation records, so it plays a role of its
+own, ``bench.lock``: it runs beside the folder's explore and train jobs, but
+not beside another bench job. The record is emptied when the
 holder lets go (or its interpreter exits normally), so a record found under a
 free lock was left by a process that died, and its lock is taken over with a
 warning.
@@ -37,10 +40,12 @@ ROLES_BY_MODE: dict[str, tuple[str, ...]] = {
     "explore": ("explore",),
     "train": ("train",),
     "both": ("explore", "train"),
-    "bench": ("explore", "train"),
+    "bench": ("bench",),
 }
 #: The roles a multi-stage run holds on its top folder for all its stages.
 ALL_ROLES: tuple[str, ...] = ("explore", "train")
+#: Every role a run folder can have a lock file for.
+LOCK_ROLES: tuple[str, ...] = ("explore", "train", "bench")
 
 
 class RunFolderBusyError(BadInputError):
@@ -89,7 +94,7 @@ def lock_path(run_dir: Path, role: str) -> Path:
 
 def is_lock_file(path: Path) -> bool:
     """Return True when ``path`` is one of a run folder's role lock files."""
-    return path.suffix == ".lock" and path.stem in ALL_ROLES and path.is_file()
+    return path.suffix == ".lock" and path.stem in LOCK_ROLES and path.is_file()
 
 
 _registry_lock = threading.Lock()
@@ -163,10 +168,19 @@ def _take(path: Path, run_dir: Path, role: str, owner: Owner) -> None:
         )
     previous = Owner.parse(read_record(fd))
     if previous is not None:
-        elsewhere = (f"; if it still runs on {previous.host}, this filesystem does not share locks between hosts: "
-                     "stop one of the two runs" if previous.host != owner.host else "")
-        logger.warning("run folder %s: taking over the %s lock left by %s, which is gone%s", run_dir, role,
-                       previous.describe(), elsewhere)
+        elsewhere = (
+            f"; if it still runs on {previous.host}, this filesystem does not share locks between hosts: "
+            "stop one of the two runs"
+            if previous.host != owner.host
+            else ""
+        )
+        logger.warning(
+            "run folder %s: taking over the %s lock left by %s, which is gone%s",
+            run_dir,
+            role,
+            previous.describe(),
+            elsewhere,
+        )
     write_record(fd, owner.to_json())
     _held[path] = [fd, 1]
 
@@ -188,5 +202,15 @@ def _drop(path: Path) -> None:
         release(held[0])
 
 
-__all__ = ["ALL_ROLES", "ROLES_BY_MODE", "Owner", "RunFolderBusyError", "RunFolderLock", "RunFolderLockError",
-           "is_lock_file", "lock_path", "lock_run_folder"]
+__all__ = [
+    "ALL_ROLES",
+    "LOCK_ROLES",
+    "ROLES_BY_MODE",
+    "Owner",
+    "RunFolderBusyError",
+    "RunFolderLock",
+    "RunFolderLockError",
+    "is_lock_file",
+    "lock_path",
+    "lock_run_folder",
+]

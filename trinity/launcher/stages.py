@@ -25,11 +25,14 @@ def plan_stages(config: Config) -> list[RunPlan]:
 
 
 def final_model(plan: RunPlan) -> str | None:
-    """Return the Hugging Face export of a finished stage's latest checkpoint, or None (the stage trained nothing)."""
+    """Return the Hugging Face export of a finished stage's newest intact checkpoint, or None (it trained nothing).
+
+    Newer damaged checkpoints are passed over with a one-line warning each.
+    """
     from trinity.trainer.checkpoint import CheckpointDir
     from trinity.trainer.trainer import HF_EXPORT
 
-    latest = CheckpointDir(plan.run_dir / "checkpoints").latest()
+    latest = CheckpointDir(plan.run_dir / "checkpoints").usable_latest()
     if latest is None or not (latest / HF_EXPORT / "config.json").is_file():
         return None
     return str(latest / HF_EXPORT)
@@ -64,8 +67,14 @@ def _run_planned(config: Config, plans: list[RunPlan]) -> int:
         if name in done:
             logger.info("stage %d/%d (%s) was completed by an earlier run; skipping it", number, total, name)
         else:
-            logger.info("stage %d/%d (%s) starts: mode %s, %s", number, total, name, plan.mode,
-                        plan.config.algorithm.algorithm_type)
+            logger.info(
+                "stage %d/%d (%s) starts: mode %s, %s",
+                number,
+                total,
+                name,
+                plan.mode,
+                plan.config.algorithm.algorithm_type,
+            )
             run_plan(plan)
             done.append(name)
             state_file.parent.mkdir(parents=True, exist_ok=True)

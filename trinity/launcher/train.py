@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from typing import Any
 
 from trinity.launcher.device_record import write_device_record
@@ -11,8 +12,12 @@ from trinity.launcher.explore import warn_if_not_persistent
 from trinity.launcher.placement import place
 from trinity.launcher.session import Session
 from trinity.launcher.steps import monitor_for, strategy_for, write_ray_timeline
+from trinity.utils import stop
 
 logger = logging.getLogger("trinity.launcher")
+
+#: Longest wait for a batch between two looks at a deferred SIGTERM (``trainer.save_on_stop``).
+STOP_POLL_S = 0.5
 
 
 def _experience_source(session: Session, stack: contextlib.ExitStack) -> tuple[Any, Any]:
@@ -29,6 +34,48 @@ def _experience_source(session: Session, stack: contextlib.ExitStack) -> tuple[A
     storage = make_storage(plan.buffer.experience, run_dir=session.run_dir)
     stack.callback(storage.release)  # a reader never closes the buffer: that is for its writers
     return strategy_for(session, storage, count_dropped=True), storage
+
+
+def sample_until_stopped(source: Any, trainer_version: int, timeout: float | None) -> Any:
+    """Return the next batch of ``source`` like ``source.sample``, or None once a deferred SIGTERM arrived.
+
+    The wait is cut into slices of :data:`STOP_POLL_S` so that a stop
+    requested while the buffer is empty is seen at once; a source keeps what
+    it read between slices. Raises StorageTimeoutError after ``timeout``
+    seconds in all.
+    """
+    from trinity.buffer import StorageTimeoutError
+
+    begin = time.monotonic()
+    while True:
+        left = None if timeout is None else max(0.0, timeout - (time.monotonic() - begin))
+        try:
+            return source.sample(
+                trainer_version=trainer_version, timeout=STOP_POLL_S if left is None else min(STOP_POLL_S, left)
+            )
+        except StorageTimeoutError:
+            if stop.requested():
+                return None
+            if timeout is not None and time.monotonic() - begin >= timeout:
+                raise StorageTimeoutError(
+                    f"{source.describe()}: waited {timeout:g} s for a batch; is the explorer running?"
+                ) from None
+        if stop.requested():
+            return None
+
+
+def save_on_stop(trainer: Any, saved: int, state: dict[str, Any]) -> None:
+    """Checkpoint the last whole step after a deferred SIGTERM (unless ``saved`` is it) and say what was kept."""
+    step = int(trainer.step)
+    if step == 0:
+        logger.warning("SIGTERM: stopping before the first step; nothing to save")
+    elif step == saved:
+        logger.warning("SIGTERM: stopping after step %d, whose checkpoint was already saved", step)
+    else:
+        path = trainer.save_checkpoint(state)
+        logger.warning(
+            "SIGTERM: stopping after step %d; saved its checkpoint %s (the same command resumes from it)", step, path
+        )
 
 
 def train_steps(session: Session, source: Any) -> int | None:
@@ -57,10 +104,21 @@ def run_train(session: Session) -> None:
     version, whatever ``synchronizer.sync_method`` says: an explore job picks
     them up from there. A checkpoint stores the read position; the same
     command resumes after the latest checkpoint.
+
+    With ``trainer.save_on_stop`` a SIGTERM lets the step in flight finish,
+    checkpoints it and then stops the job (:class:`~trinity.utils.stop.Terminated`);
+    without it SIGTERM stops at once, like Ctrl-C.
+
+    Each step's record splits its wall time as mode both does
+    (:mod:`trinity.monitor.step_clock`); rollouts run in another job, so
+    ``time/explore_s`` is 0, and ``time/explore_wait_s`` is the time spent
+    reading (and waiting for) the step's batch, which counts as driver time.
     """
     from trinity.buffer import BufferExhaustedError, StorageTimeoutError
     from trinity.common.constants import SyncMethod
-    from trinity.monitor.keys import PHASE_TRAIN, SYNC_SECONDS
+    from trinity.launcher.restored_row import logged_before, missing_train_row
+    from trinity.monitor.keys import EXPLORE_WAIT_SECONDS, PHASE_TRAIN, SAVE_SECONDS, SYNC_SECONDS
+    from trinity.monitor.step_clock import SYNC, StepClock
     from trinity.synchronizer.checkpoint_sync import read_version
     from trinity.synchronizer.synchronizer import Synchronizer, default_sync_path
     from trinity.trainer.trainer import FSDPTrainer
@@ -71,9 +129,14 @@ def run_train(session: Session) -> None:
         steps = train_steps(session, source)
         placement = place(plan, layout)
         stack.callback(placement.remove)
-        trainer = FSDPTrainer(plan, world_size=layout.trainers, use_torch_compile=layout.use_torch_compile,
-                              total_steps=steps, checkpoint_dir=session.run_dir / "checkpoints",
-                              placement_group=placement.trainer_group)
+        trainer = FSDPTrainer(
+            plan,
+            world_size=layout.trainers,
+            use_torch_compile=layout.use_torch_compile,
+            total_steps=steps,
+            checkpoint_dir=session.run_dir / "checkpoints",
+            placement_group=placement.trainer_group,
+        )
         stack.callback(trainer.shutdown)
         write_device_record(session, trainer)
         resumed = trainer.resume() if plan.config.continue_from_checkpoint else None
@@ -82,8 +145,11 @@ def run_train(session: Session) -> None:
             source.load_state_dict(sampler)
         elif resumed is None and storage is not None and storage.state_dict().get("read_offset"):
             # no checkpoint: the weights are the starting model's, so every experience is still to be trained on
-            logger.info("train: no checkpoint in %s; reading %s from its first experience",
-                        trainer.checkpoint_dir, storage.describe())
+            logger.info(
+                "train: no checkpoint in %s; reading %s from its first experience",
+                trainer.checkpoint_dir,
+                storage.describe(),
+            )
             source.load_state_dict({"storage": {"read_offset": 0}})
         if resumed is not None:
             logger.info("train resumes from %s at step %d", resumed["path"], resumed["step"])
@@ -93,7 +159,17 @@ def run_train(session: Session) -> None:
         monitor = monitor_for(session, steps)
         stack.callback(monitor.close)
         if resumed is not None:
-            monitor.mark_resume(resumed["step"])
+            restored_row = missing_train_row(session.run_dir, resumed)
+            # an explore job may log into the same file: this marker supersedes the trainer's rows only
+            monitor.mark_resume(resumed["step"], scope=(PHASE_TRAIN,))
+            if restored_row is not None:
+                logger.info(
+                    "train step %d: its row was not logged before the run stopped; logged from its checkpoint",
+                    resumed["step"],
+                )
+                monitor.log(restored_row, step=resumed["step"], phase=PHASE_TRAIN)
+        elif logged_before(session.run_dir, (PHASE_TRAIN,)):  # a killed run's rows: this run logs their steps again
+            monitor.mark_resume(0, scope=(PHASE_TRAIN,))
         stack.callback(write_ray_timeline, session)
         saved = published = trainer.step
         if trainer.step and read_version(sync_path) != trainer.step:  # stopped between its checkpoint and publishing
@@ -102,25 +178,52 @@ def run_train(session: Session) -> None:
         interval = plan.trainer.save_interval
         timeout = plan.buffer.experience.read_timeout if plan.buffer.experience is not None else None
         waited: StorageTimeoutError | None = None
+        deferring = bool(plan.trainer.save_on_stop)
+        if deferring:
+            stack.enter_context(stop.deferred())
+        clock = StepClock()  # no rollouts in this job: a step is reading, training, saving, publishing
         while not limit or trainer.step < limit:
+            reading = time.monotonic()
             try:
-                experiences = source.sample(trainer_version=trainer.step, timeout=timeout)
+                if deferring:
+                    experiences = sample_until_stopped(source, trainer.step, timeout)
+                    if experiences is None:
+                        break
+                else:
+                    experiences = source.sample(trainer_version=trainer.step, timeout=timeout)
             except BufferExhaustedError:
                 logger.info("train: %s is exhausted; stopping after step %d", source.describe(), trainer.step)
                 break
             except StorageTimeoutError as exc:
                 waited = exc
                 break
+            logger.info(
+                "train step %d: %d experiences of groups %s, model versions %s",
+                trainer.step + 1,
+                len(experiences),
+                " ".join(dict.fromkeys(str(e.group_id) for e in experiences)),
+                sorted({int(e.model_version) for e in experiences}),
+            )
+            started = time.monotonic()
             metrics = trainer.train_step(experiences, checkpoint_extra={"sampler": source.state_dict()})
+            clock.add_training(started, time.monotonic(), float(metrics.get(SAVE_SECONDS, 0.0)))
             step = trainer.step
             if interval > 0 and step % interval == 0:
                 saved = step
             if publish.policy.should_sync(step):
-                report = publish.sync(version=step)
+                with clock.span(SYNC):
+                    report = publish.sync(version=step)
                 metrics.update(report.metrics())
                 metrics[SYNC_SECONDS] = report.seconds
                 published = step
+            metrics.update(clock.close_step())
+            metrics[EXPLORE_WAIT_SECONDS] = started - reading
             monitor.log(metrics, step=step, phase=PHASE_TRAIN)
+            if deferring and stop.requested():
+                break
+        if deferring and stop.requested():
+            save_on_stop(trainer, saved, {"sampler": source.state_dict()})
+            raise stop.Terminated()
         if trainer.step != saved:
             trainer.save_checkpoint({"sampler": source.state_dict()}, final=True)
         elif trainer.step and plan.trainer.save_hf == "last":

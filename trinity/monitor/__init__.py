@@ -22,7 +22,7 @@ from trinity.monitor.keys import (
     TOKENS_PER_SECOND,
 )
 from trinity.monitor.metrics import Stats, Timer, stats, summarize, tokens_per_second
-from trinity.monitor.monitor import Monitor, enabled_sinks
+from trinity.monitor.monitor import MetricsWriteError, Monitor, enabled_sinks
 from trinity.monitor.plot import plot_reward_curve
 from trinity.monitor.records import MetricRecord, load_records
 from trinity.monitor.sink import MONITOR_SINKS, MonitorError, Sink, SinkContext, SinkUnavailableError
@@ -39,6 +39,7 @@ __all__ = [
     "TENSORBOARD_DIR",
     "TOKENS_PER_SECOND",
     "MetricRecord",
+    "MetricsWriteError",
     "Monitor",
     "MonitorError",
     "Sink",

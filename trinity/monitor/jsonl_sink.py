@@ -33,7 +33,9 @@ def _ends_cut_short(path: Path) -> bool:
 
 @MONITOR_SINKS.register("jsonl")
 class JsonlSink(Sink):
-    """Appends records to ``<run>/metrics.jsonl``."""
+    """Appends records to ``<run>/metrics.jsonl``; a failed write raises OSError naming the file."""
+
+    ends_run_on_storage_errors = True
 
     def __init__(self, context: SinkContext) -> None:
         #: The metrics file.
@@ -49,8 +51,12 @@ class JsonlSink(Sink):
 
     def log(self, record: MetricRecord) -> None:
         """Write ``record`` as one line and hand it to the operating system at once."""
-        self._file.write(record.to_json() + "\n")
-        self._file.flush()
+        try:
+            self._file.write(record.to_json() + "\n")
+            self._file.flush()
+        except OSError as exc:
+            exc.filename = exc.filename or str(self.path)
+            raise
 
     def resume(self, marker: MetricRecord) -> None:
         """Write the resume marker, so readers drop the rows it supersedes."""
@@ -59,8 +65,12 @@ class JsonlSink(Sink):
     def flush(self) -> None:
         """Flush and ask the operating system to put the file on disk."""
         if not self._file.closed:
-            self._file.flush()
-            os.fsync(self._file.fileno())
+            try:
+                self._file.flush()
+                os.fsync(self._file.fileno())
+            except OSError as exc:
+                exc.filename = exc.filename or str(self.path)
+                raise
 
     def close(self) -> None:
         """Flush to disk and close the file."""

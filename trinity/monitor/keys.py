@@ -26,6 +26,25 @@ SYNC_SECONDS = "time/sync_s"
 #: Seconds a weight sync waited for the rollout batch in flight to finish (mode both, concurrent loop).
 SYNC_WAIT_SECONDS = "time/sync_wait_s"
 
+# Where a training step's wall time went (mode both; see trinity.monitor.step_clock). Per train record:
+# explore + train + save + sync + eval + driver == step.
+#: Wall time of the training step: from the end of the previous step (or the loop's start) to the end of this one.
+STEP_SECONDS = "time/step_s"
+#: Seconds of the step in which a rollout batch ran while the trainer neither trained, saved, synced nor evaluated.
+EXPLORE_SECONDS = "time/explore_s"
+#: Seconds of the step the trainer spent on its update (padding, forward, backward, optimizer step).
+TRAIN_SECONDS = "time/train_s"
+#: Seconds of the step spent saving a checkpoint (only in steps that saved one).
+SAVE_SECONDS = "time/save_s"
+#: Seconds of the step spent evaluating (only in steps during which an evaluation ran).
+EVAL_SECONDS = "time/eval_s"
+#: The rest of the step: hand-offs, buffer reads and writes, logging, checkpoint bookkeeping on the driver.
+DRIVER_SECONDS = "time/driver_s"
+#: All seconds of the step in which a rollout batch ran, overlapped by the trainer's work or not.
+ROLLOUT_SECONDS = "time/rollout_s"
+#: Seconds the trainer waited for the step's batch to be explored and stored.
+EXPLORE_WAIT_SECONDS = "time/explore_wait_s"
+
 #: Metrics as JSON lines, in the run folder.
 METRICS_FILE = "metrics.jsonl"
 #: TensorBoard event files, a folder in the run folder.

@@ -7,7 +7,12 @@
     monitor.close()                                      # flushes everything, draws reward_curve.png
 
 A sink that fails while logging is reported once (a warning) and dropped, so
-monitoring never stops a run; a sink that cannot start is an error at once.
+a broken dashboard never stops a run; a sink that cannot start is an error at
+once. The exception is a sink that keeps the run's own record on disk
+(:attr:`~trinity.monitor.sink.Sink.ends_run_on_storage_errors`, the metrics
+file): when the disk is full, over quota, read-only or forbidden there, the
+run stops with :class:`MetricsWriteError` (exit status 2) instead of going on
+without its record.
 """
 
 from __future__ import annotations
@@ -18,12 +23,13 @@ import numbers
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TextIO
 
 from trinity.common.config.plan.run import MonitorPlan, RunPlan
+from trinity.errors import BadInputError, describe_storage_error, storage_error
 
 # The sink modules register themselves in MONITOR_SINKS when imported.
 from trinity.monitor import console_sink, jsonl_sink, tensorboard_sink, wandb_sink  # noqa: F401
@@ -32,6 +38,11 @@ from trinity.monitor.records import MetricRecord, resume_marker, to_metrics
 from trinity.monitor.sink import MONITOR_SINKS, MonitorError, Sink, SinkContext
 
 logger = logging.getLogger(__name__)
+
+
+class MetricsWriteError(MonitorError, BadInputError):
+    """The run's metrics file cannot be written: the disk is full, over quota, read-only or forbidden (exit 2)."""
+
 
 def enabled_sinks(config: MonitorPlan) -> list[str]:
     """Return the names of the sinks ``config`` turns on, in start order.
@@ -148,14 +159,18 @@ class Monitor:
                 except Exception as exc:  # noqa: BLE001 - a broken sink must not stop the run; reported below
                     self._drop(sink_name, sink, exc)
 
-    def mark_resume(self, step: int, phases: Mapping[str, int] | None = None) -> MetricRecord:
+    def mark_resume(
+        self, step: int, phases: Mapping[str, int] | None = None, scope: Iterable[str] | None = None
+    ) -> MetricRecord:
         """Record that this run resumed after ``step`` (``phases``: other phases' resume points); return the marker.
 
         Call before the first :meth:`log`. The metrics file gets a ``resume``
         record carrying this run's id; rows logged earlier for later steps are
-        superseded (readers drop them), and TensorBoard purges them.
+        superseded (readers drop them), and TensorBoard purges them. ``scope``
+        limits the superseding to the phases this run writes (see
+        :func:`~trinity.monitor.records.resume_marker`).
         """
-        marker = resume_marker(step, self.run_id, phases, when=time.time())
+        marker = resume_marker(step, self.run_id, phases, when=time.time(), scope=scope)
         with self._lock:
             for sink_name, sink in list(self._sinks.items()):
                 try:
@@ -207,9 +222,20 @@ class Monitor:
             self._reward_history.append(dataclasses.replace(record, metrics=rewards))
 
     def _drop(self, sink_name: str, sink: Sink, exc: Exception) -> None:
+        """Turn the failed sink off with a warning; raise MetricsWriteError when it must not be lost."""
+        disk = storage_error(exc) if sink.ends_run_on_storage_errors else None
+        if disk is not None:
+            del self._sinks[sink_name]
+            try:
+                sink.close()
+            except Exception:  # the same full disk fails its close too; the error below says it
+                logger.debug("closing failed sink %r failed as well", sink_name, exc_info=True)
+            raise MetricsWriteError(f"cannot log metrics: {describe_storage_error(disk)}") from exc
         logger.warning(
             "monitor sink %r failed and is turned off for the rest of the run: %s: %s",
-            sink_name, type(exc).__name__, exc,
+            sink_name,
+            type(exc).__name__,
+            exc,
         )
         del self._sinks[sink_name]
         try:

@@ -119,20 +119,42 @@ def load_records(path: str | Path, *, raw: bool = False) -> list[MetricRecord]:
 PHASE_RESUME = "resume"
 
 
-def resume_marker(step: int, run_id: str, phases: Mapping[str, int] | None = None,
-                  when: float = 0.0) -> MetricRecord:
-    """Return the marker record of a run resumed after ``step`` (``phases``: other resume points by phase)."""
+def resume_marker(
+    step: int,
+    run_id: str,
+    phases: Mapping[str, int] | None = None,
+    when: float = 0.0,
+    scope: Iterable[str] | None = None,
+) -> MetricRecord:
+    """Return the marker record of a run resumed after ``step`` (``phases``: other resume points by phase).
+
+    ``scope`` names the phases the resumed run writes when it is not the only
+    writer of the file (a mode ``train`` job beside a mode ``explore`` job):
+    the marker then supersedes rows of those phases only. None: every phase.
+    """
     extra: dict[str, Any] = {"run_id": run_id, "resumed_from_step": int(step)}
     if phases:
         extra["resumed_from"] = {phase: int(at) for phase, at in phases.items()}
+    if scope is not None:
+        extra["phases"] = sorted(set(scope))
     return MetricRecord(step=int(step), phase=PHASE_RESUME, time=when, extra=extra)
 
 
-def resumed_from(marker: MetricRecord, phase: str) -> int:
-    """Return the last step of ``phase`` that the run resumed by ``marker`` kept (later ones are logged again)."""
+def resumed_from(marker: MetricRecord, phase: str) -> int | None:
+    """Return the last step of ``phase`` that the run resumed by ``marker`` kept (later ones are logged again).
+
+    None when the marker does not cover ``phase`` (another job writes it): none of its rows is superseded.
+    """
+    scope = marker.extra.get("phases")
+    if scope is not None and phase not in scope:
+        return None
     phases = marker.extra.get("resumed_from") or {}
     at = phases.get(phase, marker.extra.get("resumed_from_step", marker.step))
     return int(at)
+
+
+def _kept(record: MetricRecord, resumed_at: int | None) -> bool:
+    return resumed_at is None or record.step <= resumed_at
 
 
 def current_records(records: Iterable[MetricRecord]) -> list[MetricRecord]:
@@ -145,7 +167,7 @@ def current_records(records: Iterable[MetricRecord]) -> list[MetricRecord]:
     kept: list[MetricRecord] = []
     for record in records:
         if record.phase == PHASE_RESUME:
-            kept = [r for r in kept if r.step <= resumed_from(record, r.phase)]
+            kept = [r for r in kept if _kept(r, resumed_from(record, r.phase))]
         else:
             kept.append(record)
     return kept

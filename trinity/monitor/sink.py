@@ -54,6 +54,10 @@ class SinkContext:
 class Sink(abc.ABC):
     """Receives every record a monitor logs."""
 
+    #: True for a sink whose records are the run's own (the metrics file): a full, read-only or forbidden disk
+    #: under it stops the run instead of turning the sink off.
+    ends_run_on_storage_errors: bool = False
+
     @abc.abstractmethod
     def log(self, record: MetricRecord) -> None:
         """Take one record."""

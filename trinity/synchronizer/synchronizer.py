@@ -51,7 +51,7 @@ from typing import Any
 
 from trinity.common.config.plan.run import RunPlan, SyncPlan
 from trinity.common.constants import SyncMethod
-from trinity.errors import TrinityError
+from trinity.errors import TrinityError, actor_death
 from trinity.synchronizer.policy import SyncPolicy
 from trinity.weight_transport import TensorMeta, WeightSyncGroupInfo, metas_bytes
 
@@ -99,8 +99,7 @@ class SyncReport:
 
 
 #: The sync settings used when none are given: online, every step, ten minutes per sync.
-DEFAULT_SYNC = SyncPlan(method="online", interval=1, offset=0, timeout=600.0, bucket_size_mb=64,
-                        verify_checksums=False)
+DEFAULT_SYNC = SyncPlan(method="online", interval=1, offset=0, timeout=600.0, bucket_size_mb=64, verify_checksums=False)
 
 
 def default_sync_path(plan: RunPlan) -> Path:
@@ -218,22 +217,33 @@ class Synchronizer:
         assert self.method.collective is not None
         deadline = started + self.config.timeout
         rank0 = self.trainer_ranks[0]
-        address, port = self._calls.wait([self._calls.start(rank0, "node_address")], deadline,
-                                         "asking trainer rank 0 for an address")[0]
-        ranks = self._calls.wait([self._calls.start(e, "weight_sync_ranks") for e in self.engines], deadline,
-                                 "asking the engines how many ranks they bring")
+        address, port = self._calls.wait(
+            [self._calls.start(rank0, "node_address")], deadline, "asking trainer rank 0 for an address"
+        )[0]
+        ranks = self._calls.wait(
+            [self._calls.start(e, "weight_sync_ranks") for e in self.engines],
+            deadline,
+            "asking the engines how many ranks they bring",
+        )
         first_ranks = [1 + sum(int(r) for r in ranks[:i]) for i in range(len(ranks))]
         self._groups_built += 1
         info = WeightSyncGroupInfo(
-            master_addr=str(address), master_port=int(port), world_size=1 + sum(int(r) for r in ranks), rank_offset=1,
-            group_name=f"{self.group_name}-{self._groups_built}", backend=self.method.collective,
+            master_addr=str(address),
+            master_port=int(port),
+            world_size=1 + sum(int(r) for r in ranks),
+            rank_offset=1,
+            group_name=f"{self.group_name}-{self._groups_built}",
+            backend=self.method.collective,
             timeout_s=float(self.config.timeout),
         )
         pending = [self._calls.start(rank0, "init_weight_sync", info)]
-        pending += [self._calls.start(engine, "init_weight_sync", info, first)
-                    for engine, first in zip(self.engines, first_ranks, strict=True)]
-        self._calls.wait(pending, deadline,
-                         f"building the {self.method.collective} weight-sync group of {info.world_size} ranks")
+        pending += [
+            self._calls.start(engine, "init_weight_sync", info, first)
+            for engine, first in zip(self.engines, first_ranks, strict=True)
+        ]
+        self._calls.wait(
+            pending, deadline, f"building the {self.method.collective} weight-sync group of {info.world_size} ranks"
+        )
         self._group_ready = True
         return time.monotonic() - started
 
@@ -263,53 +273,83 @@ class Synchronizer:
 
     def _sync(self, version: int, started: float) -> SyncReport:
         if not self.engines and self.method.kind != "checkpoint":  # a checkpoint sync also publishes for later
-            return SyncReport(method=str(self.method), version=version, seconds=0.0, bytes=0, gather_seconds=0.0,
-                              transfer_seconds=0.0)
+            return SyncReport(
+                method=str(self.method), version=version, seconds=0.0, bytes=0, gather_seconds=0.0, transfer_seconds=0.0
+            )
         setup_seconds = self._setup(started) if self.method.kind == "collective" else 0.0
         deadline = started + self.config.timeout
         gather_started = time.monotonic()
-        gathered = self._calls.wait([self._calls.start(r, "gather_weights") for r in self.trainer_ranks], deadline,
-                                    "gathering the full state dict on the trainer ranks")
+        gathered = self._calls.wait(
+            [self._calls.start(r, "gather_weights") for r in self.trainer_ranks],
+            deadline,
+            "gathering the full state dict on the trainer ranks",
+        )
         metas: list[TensorMeta] = gathered[0]
         nbytes = metas_bytes(metas)
         transfer_started = time.monotonic()
         rank0 = self.trainer_ranks[0]
         if self.method.kind == "collective":
-            receiving = [self._calls.start(e, "receive_weights", metas, version, self.bucket_bytes)
-                         for e in self.engines]
+            receiving = [
+                self._calls.start(e, "receive_weights", metas, version, self.bucket_bytes) for e in self.engines
+            ]
             sending = self._calls.start(rank0, "broadcast_weights", self.bucket_bytes)
             self._calls.wait([sending, *receiving], deadline, "broadcasting the weights to the engines")
         elif self.method.kind == "checkpoint":
             assert self.checkpoint_path is not None
             folder = str(self.checkpoint_path)
-            self._calls.wait([self._calls.start(rank0, "save_sync_weights", folder, version)], deadline,
-                             f"writing the weights to {folder}")
+            self._calls.wait(
+                [self._calls.start(rank0, "save_sync_weights", folder, version)],
+                deadline,
+                f"writing the weights to {folder}",
+            )
             if self.engines:
                 self._calls.wait(
                     [self._calls.start(e, "load_checkpoint_weights", folder, version) for e in self.engines],
-                    deadline, f"engines loading the weights from {folder}")
+                    deadline,
+                    f"engines loading the weights from {folder}",
+                )
         else:
-            ref = self._calls.wait([self._calls.start(rank0, "put_sync_weights")], deadline,
-                                   "putting the weights into the Ray object store")[0][0]
-            self._calls.wait([self._calls.start(e, "load_state_dict", ref, version) for e in self.engines], deadline,
-                             "engines loading the weights from the Ray object store")
+            ref = self._calls.wait(
+                [self._calls.start(rank0, "put_sync_weights")],
+                deadline,
+                "putting the weights into the Ray object store",
+            )[0][0]
+            self._calls.wait(
+                [self._calls.start(e, "load_state_dict", ref, version) for e in self.engines],
+                deadline,
+                "engines loading the weights from the Ray object store",
+            )
         finished = time.monotonic()
         report = SyncReport(
-            method=str(self.method), version=version, seconds=finished - started, bytes=nbytes,
-            gather_seconds=transfer_started - gather_started, transfer_seconds=finished - transfer_started,
-            setup_seconds=setup_seconds, engines=len(self.engines),
+            method=str(self.method),
+            version=version,
+            seconds=finished - started,
+            bytes=nbytes,
+            gather_seconds=transfer_started - gather_started,
+            transfer_seconds=finished - transfer_started,
+            setup_seconds=setup_seconds,
+            engines=len(self.engines),
         )
         self.last_report = report
-        logger.info("synced version %d to %d engines by %s: %.2f s, %.1f MB", version, len(self.engines),
-                    self.method, report.seconds, nbytes / 1e6)
+        logger.info(
+            "synced version %d to %d engines by %s: %.2f s, %.1f MB",
+            version,
+            len(self.engines),
+            self.method,
+            report.seconds,
+            nbytes / 1e6,
+        )
         return report
 
     def close(self) -> None:
         """Release the trainer side of the online group and the worker threads."""
         if self._group_ready:
             try:
-                self._calls.wait([self._calls.start(self.trainer_ranks[0], "close_weight_sync")],
-                                 time.monotonic() + 30, "closing the weight-sync group")
+                self._calls.wait(
+                    [self._calls.start(self.trainer_ranks[0], "close_weight_sync")],
+                    time.monotonic() + 30,
+                    "closing the weight-sync group",
+                )
             except Exception as exc:  # noqa: BLE001 - closing must not fail a run that is ending
                 logger.debug("closing the weight-sync group: %s", exc)
             self._group_ready = False
@@ -317,6 +357,9 @@ class Synchronizer:
 
 
 def _cause(exc: BaseException) -> str:
+    death = actor_death(exc)
+    if death is not None:  # a trainer rank or engine killed mid-sync: name it, not Ray's paragraph
+        return f"{death} (its process was killed, ran out of memory or crashed)"
     cause = getattr(exc, "cause", None)
     if isinstance(cause, BaseException):
         return f"{type(cause).__name__}: {cause}"

@@ -22,6 +22,7 @@ manifest so a resume never loads a damaged checkpoint.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -31,6 +32,8 @@ from typing import Any
 from trinity.errors import EXIT_USAGE, STORAGE_ERRNOS, TrinityError, error_chain
 from trinity.trainer.manifest import STATE_MANIFEST_KEY, Verdict, verify, write_manifest
 from trinity.utils.fs import fsync_dir, fsync_tree, write_text_atomic
+
+logger = logging.getLogger("trinity.trainer.trainer")
 
 STATE_FILE = "trainer_state.json"
 LATEST_FILE = "latest"
@@ -86,17 +89,22 @@ def folder_bytes(folder: Path) -> int:
 def room_problem(root: Path) -> str | None:
     """Return why ``root`` has no room for another checkpoint as large as its latest, or None when it has.
 
-    Costs a ``statvfs`` and a walk of the latest checkpoint's files; with no
+    The latest is the newest checkpoint whose files have their recorded sizes
+    (a truncated one would understate the need). Costs a ``statvfs`` and a
+    ``stat`` of each file of the newest checkpoints, no reading; with no
     checkpoint yet there is nothing to measure and the answer is None.
     """
-    latest = CheckpointDir(root).latest()
-    if latest is None:
+    chosen, _ = CheckpointDir(root).newest_intact(checksums=False)
+    if chosen is None:
         return None
-    needed, free = folder_bytes(latest), shutil.disk_usage(root).free
+    latest = chosen.path
+    needed, free = max(chosen.size, folder_bytes(latest)), shutil.disk_usage(root).free
     if free >= needed:
         return None
-    return (f"No space left on device: {root} has {free / 2**20:.1f} MiB free and the checkpoint needs about "
-            f"{needed / 2**20:.1f} MiB (the size of {latest.name})")
+    return (
+        f"No space left on device: {root} has {free / 2**20:.1f} MiB free and the checkpoint needs about "
+        f"{needed / 2**20:.1f} MiB (the size of {latest.name})"
+    )
 
 
 def innermost_message(exc: BaseException) -> str:
@@ -170,7 +178,11 @@ class CheckpointDir:
         return sorted(steps)
 
     def latest(self) -> Path | None:
-        """Return the folder ``latest`` names, else the newest complete one, else None."""
+        """Return the folder ``latest`` names, else the newest complete one, else None.
+
+        Its files are not verified: a caller that will load or export the
+        checkpoint wants :meth:`usable_latest`.
+        """
         pointer = self.root / LATEST_FILE
         if pointer.is_file():
             name = pointer.read_text(encoding="utf-8").strip()
@@ -196,18 +208,39 @@ class CheckpointDir:
                     verdicts.append(Verdict(entry, "incomplete", "an interrupted save"))
         return sorted(verdicts, key=lambda v: -step_of(v.path))
 
-    def newest_intact(self) -> tuple[Verdict | None, list[Verdict]]:
+    def newest_intact(self, checksums: bool = True) -> tuple[Verdict | None, list[Verdict]]:
         """Return the newest checkpoint that passes :func:`~trinity.trainer.manifest.verify`, and newer rejected ones.
 
         The first element is None when there is no intact checkpoint.
+        ``checksums=False`` checks file sizes only (see ``verify``).
         """
         rejected: list[Verdict] = []
         for folder in self.step_folders():
-            verdict = verify(folder)
+            verdict = verify(folder, checksums=checksums)
             if verdict.intact:
                 return verdict, rejected
             rejected.append(verdict)
         return None, rejected
+
+    def usable_latest(self) -> Path | None:
+        """Return the newest intact checkpoint, warning in one line about each newer damaged one; None when none is.
+
+        The warning is the one a resume gives (:func:`warn_rejected`).
+        """
+        chosen, rejected = self.newest_intact()
+        warn_rejected(rejected, chosen)
+        return chosen.path if chosen is not None else None
+
+    def intact_steps(self) -> list[int]:
+        """Return the steps of the intact checkpoints, ascending, warning in one line about each damaged one."""
+        steps = []
+        for folder in reversed(self.step_folders()):
+            verdict = verify(folder)
+            if verdict.intact:
+                steps.append(step_of(folder))
+            else:
+                logger.warning("checkpoint %s is %s; skipping it", verdict.path, describe(verdict))
+        return steps
 
     def prune(self, max_checkpoints: int, keep: Path | None = None) -> list[Path]:
         """Delete all but the ``max_checkpoints`` newest complete checkpoints (never ``keep``) and stale staging."""
@@ -241,6 +274,17 @@ def describe(verdict: Verdict) -> str:
     return f"{verdict.status}: {verdict.reason}"
 
 
+def warn_rejected(rejected: list[Verdict], chosen: Verdict | None) -> None:
+    """Warn in one line about each damaged checkpoint passed over for ``chosen`` (the newest intact one, or None)."""
+    instead = f"falling back to {chosen.path.name}" if chosen is not None else "no intact checkpoint is left"
+    for verdict in rejected:
+        logger.warning("checkpoint %s is %s; %s", verdict.path, describe(verdict), instead)
+    if chosen is not None and chosen.status == "legacy":
+        logger.warning(
+            "checkpoint %s has no manifest (written by an older trinity); accepted after the old checks", chosen.path
+        )
+
+
 def no_intact_checkpoint(root: Path, rejected: list[Verdict]) -> CheckpointError:
     """Return the error a resume raises when none of the checkpoints under ``root`` is intact (exit status 2)."""
     found = "; ".join(f"{v.path.name} {describe(v)}" for v in rejected[:3])
@@ -268,16 +312,25 @@ def read_state(checkpoint: str | Path) -> dict[str, Any]:
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
-    """Return the checkpoint folder ``path`` names: a ``step-N`` folder or a checkpoint root (its latest).
+    """Return the checkpoint folder ``path`` names: a ``step-N`` folder or a checkpoint root (its newest intact one).
 
-    Raises CheckpointError when there is none.
+    A root's newer damaged checkpoints are passed over with a one-line warning
+    each. Raises CheckpointError when there is none (exit status 2 when there
+    are checkpoints but none is intact).
     """
     folder = Path(path)
     if (folder / STATE_FILE).is_file():
         return folder
-    latest = CheckpointDir(folder).latest()
-    if latest is None:
+    chosen, rejected = CheckpointDir(folder).newest_intact()
+    if chosen is None and rejected:
+        found = "; ".join(f"{v.path.name} {describe(v)}" for v in rejected[:3])
+        raise CheckpointError(
+            f"no intact checkpoint in {folder} ({found}); `trinity checkpoints verify {folder}` shows each one",
+            exit_code=EXIT_USAGE,
+        )
+    if chosen is None:
         raise CheckpointError(
             f"no complete trainer checkpoint at {folder} (expected step-N folders or a 'latest' file)"
         )
-    return latest
+    warn_rejected(rejected, chosen)
+    return chosen.path

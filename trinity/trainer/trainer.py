@@ -40,6 +40,7 @@ from trinity.algorithm import (
 from trinity.common.config.plan.run import RunPlan
 from trinity.common.experience import Experience, make_batch
 from trinity.errors import EXIT_USAGE
+from trinity.monitor.keys import SAVE_SECONDS
 from trinity.trainer.batching import (
     Rows,
     batch_rows,
@@ -60,6 +61,7 @@ from trinity.trainer.checkpoint import (
     no_intact_checkpoint,
     resolve_checkpoint,
     room_problem,
+    warn_rejected,
 )
 from trinity.trainer.fsdp_worker import FSDPWorker
 from trinity.trainer.manifest import verify
@@ -69,6 +71,8 @@ logger = logging.getLogger(__name__)
 
 #: Key of the adaptive KL controller's state among a checkpoint's extras.
 KL_CONTROLLER = "kl_controller"
+#: Key of the metrics of the step a checkpoint was saved at, among its extras.
+STEP_METRICS = "step_metrics"
 
 #: Folder of a checkpoint holding its Hugging Face export (``trainer.save_hf_checkpoint``).
 HF_EXPORT = "huggingface"
@@ -161,25 +165,36 @@ class FSDPTrainer:
         self.pad_token_id = pad_token_id(run.model.path, run.model.trust_remote_code)
         penalty = self.plan.kl_penalty
         #: The KL penalty's adaptive coefficient (checkpointed with the run), or None.
-        self.kl_controller = (AdaptiveKLController(penalty.coef, penalty.target_kl or 0.0, penalty.horizon or 0.0)
-                              if penalty is not None and penalty.adaptive else None)
+        self.kl_controller = (
+            AdaptiveKLController(penalty.coef, penalty.target_kl or 0.0, penalty.horizon or 0.0)
+            if penalty is not None and penalty.adaptive
+            else None
+        )
         self.step = 0
         self.in_process = in_process
         started = time.monotonic()
         if in_process:
             if self.world_size != 1:
                 raise ValueError(f"in_process runs one rank; this trainer has {self.world_size}")
-            self.workers: list[Any] = [FSDPWorker(run, 0, 1, str(self.checkpoint_dir),
-                                                  use_torch_compile=use_torch_compile, total_steps=total_steps)]
+            self.workers: list[Any] = [
+                FSDPWorker(
+                    run, 0, 1, str(self.checkpoint_dir), use_torch_compile=use_torch_compile, total_steps=total_steps
+                )
+            ]
         else:
             import ray
 
             cpus = float(run.cluster.cpus_per_bundle if num_cpus_per_worker is None else num_cpus_per_worker)
             remote_cls = ray.remote(FSDPWorker)
             self.workers = [
-                remote_cls.options(**worker_actor_options(cpus, placement_group, bundle_offset + rank,
-                                                          run.explorer.env_vars)).remote(
-                    run, rank, self.world_size, str(self.checkpoint_dir), use_torch_compile=use_torch_compile,
+                remote_cls.options(
+                    **worker_actor_options(cpus, placement_group, bundle_offset + rank, run.explorer.env_vars)
+                ).remote(
+                    run,
+                    rank,
+                    self.world_size,
+                    str(self.checkpoint_dir),
+                    use_torch_compile=use_torch_compile,
                     total_steps=total_steps,
                 )
                 for rank in range(self.world_size)
@@ -195,10 +210,13 @@ class FSDPTrainer:
     # -- training --------------------------------------------------------------------------
 
     def train_step(
-        self, experiences: Sequence[Experience],
+        self,
+        experiences: Sequence[Experience],
         checkpoint_extra: dict[str, Any] | Callable[[], dict[str, Any]] | None = None,
     ) -> dict[str, float]:
         """Train on ``experiences`` (one step) and return its metrics; saves a checkpoint when one is due.
+
+        A step that saved one reports the seconds the save took as ``time/save_s``.
 
         ``checkpoint_extra`` is stored in that checkpoint (task-set and buffer
         positions); a function is called only when the checkpoint is saved.
@@ -229,8 +247,7 @@ class FSDPTrainer:
         wanted = []
         if plan.needs_proximal_logprobs:  # the engine's log-probs stay the old (behaviour) ones
             wanted.append("proximal_logprobs")
-        elif plan.needs_old_logprobs and (trainer.recompute_old_logprobs
-                                          or any(e.logprobs is None for e in rows_list)):
+        elif plan.needs_old_logprobs and (trainer.recompute_old_logprobs or any(e.logprobs is None for e in rows_list)):
             wanted.append("old_logprobs")
         if plan.use_reference:
             wanted.append("ref_logprobs")
@@ -238,8 +255,9 @@ class FSDPTrainer:
             wanted.append("values")
         if wanted:
             forward = plan_micro_batches(lengths, trainer.forward, unit)
-            parts = self._per_rank("prepare", [(take_rows(rows, idx), wanted, cuts)
-                                               for idx, cuts in zip(shards, forward, strict=True)])
+            parts = self._per_rank(
+                "prepare", [(take_rows(rows, idx), wanted, cuts) for idx, cuts in zip(shards, forward, strict=True)]
+            )
             for name in wanted:
                 merged = torch.zeros_like(rows["response_mask"])
                 for indices, part in zip(shards, parts, strict=True):
@@ -250,18 +268,27 @@ class FSDPTrainer:
 
         metrics: dict[str, float] = {}
         # advantages the buffer did not compute (experiences that bypassed the pipeline) are computed here
-        if plan.advantage_fn is not None and (plan.advantage_in == "trainer"
-                                              or any(e.advantages is None for e in rows_list)):
+        if plan.advantage_fn is not None and (
+            plan.advantage_in == "trainer" or any(e.advantages is None for e in rows_list)
+        ):
             metrics.update(self._advantages(rows, len(rows_list)))
 
         mask = rows["response_mask"]
         units = step_units(plan, rows)
         actor_cuts = plan_micro_batches(lengths, trainer.batching, unit)
-        critic_cuts = (plan_micro_batches(lengths, trainer.critic.batching, unit) if trainer.critic is not None
-                       else [[] for _ in shards])
+        critic_cuts = (
+            plan_micro_batches(lengths, trainer.critic.batching, unit)
+            if trainer.critic is not None
+            else [[] for _ in shards]
+        )
         step = self.step + 1
-        results = self._per_rank("update", [(take_rows(rows, idx), units, cuts, critic, step)
-                                            for idx, cuts, critic in zip(shards, actor_cuts, critic_cuts, strict=True)])
+        results = self._per_rank(
+            "update",
+            [
+                (take_rows(rows, idx), units, cuts, critic, step)
+                for idx, cuts, critic in zip(shards, actor_cuts, critic_cuts, strict=True)
+            ],
+        )
         metrics.update(self._merge(results))
         self.step = int(results[0]["step"])
         tokens = mask != 0
@@ -280,7 +307,11 @@ class FSDPTrainer:
         metrics["step_time_s"] = time.monotonic() - started
         interval = self.run.trainer.save_interval
         if interval > 0 and self.step % interval == 0:
-            self.save_checkpoint(checkpoint_extra() if callable(checkpoint_extra) else checkpoint_extra)
+            extra = checkpoint_extra() if callable(checkpoint_extra) else checkpoint_extra
+            # the step's own metrics, for a run killed after this save but before it logged them
+            saving = time.monotonic()
+            self.save_checkpoint({**(extra or {}), STEP_METRICS: dict(metrics)})
+            metrics[SAVE_SECONDS] = time.monotonic() - saving
         return metrics
 
     def _advantages(self, rows: Rows, batch_size: int) -> dict[str, float]:
@@ -293,14 +324,19 @@ class FSDPTrainer:
         if penalty is not None:
             coef = self.kl_controller.coef if self.kl_controller is not None else penalty.coef
             token_rewards, kl_metrics = kl_reward_penalty(
-                outcome_token_rewards(rows["rewards"], rows["response_mask"]), rows["old_logprobs"],
-                rows["ref_logprobs"], rows["response_mask"], coef=coef, kl_fn=penalty.fn,
+                outcome_token_rewards(rows["rewards"], rows["response_mask"]),
+                rows["old_logprobs"],
+                rows["ref_logprobs"],
+                rows["response_mask"],
+                coef=coef,
+                kl_fn=penalty.fn,
             )
             metrics.update(kl_metrics)
             if self.kl_controller is not None:
                 self.kl_controller.update(kl_metrics["kl/reward_penalty_kl"], batch_size)
-        inputs = AdvantageInputs.from_batch(rows_batch(rows), values=rows.get("values"),
-                                            token_level_rewards=token_rewards)
+        inputs = AdvantageInputs.from_batch(
+            rows_batch(rows), values=rows.get("values"), token_level_rewards=token_rewards
+        )
         advantages, returns = compute_advantages(plan.advantage_fn, inputs, **plan.advantage_options)
         rows["advantages"] = advantages.float()
         rows["returns"] = returns.float()
@@ -355,16 +391,21 @@ class FSDPTrainer:
         if problem is not None:
             raise CheckpointWriteError(
                 f"cannot save the checkpoint of step {self.step}: {problem}; nothing was written and the latest "
-                f"complete checkpoint is still {CheckpointDir(self.checkpoint_dir).latest()}; free space there or "
+                f"complete checkpoint is still {self._kept_checkpoint()}; free space there or "
                 "point checkpoint_root_dir at a folder with room, then rerun the same command to resume"
             )
+
+    def _kept_checkpoint(self) -> Path | None:
+        """Return the newest checkpoint whose files all have their recorded sizes (no checksums: this is cheap)."""
+        chosen, _ = CheckpointDir(self.checkpoint_dir).newest_intact(checksums=False)
+        return chosen.path if chosen is not None else None
 
     def _raise_write_problem(self, exc: BaseException) -> None:
         """Raise CheckpointWriteError when a failed save was the disk's fault (full, read-only, over quota)."""
         problem = disk_write_problem(exc, self.checkpoint_dir)
         if problem is None:
             return
-        latest = CheckpointDir(self.checkpoint_dir).latest()
+        latest = self._kept_checkpoint()
         kept = f"the latest complete checkpoint is still {latest}" if latest is not None else "no checkpoint was saved"
         raise CheckpointWriteError(
             f"cannot save the checkpoint of step {self.step} in {self.checkpoint_dir}: {problem.strerror or problem} "
@@ -373,13 +414,13 @@ class FSDPTrainer:
         ) from exc
 
     def export_hf(self, checkpoint: str | Path | None = None) -> Path | None:
-        """Write the Hugging Face model of ``checkpoint`` (default: the latest) to ``<checkpoint>/huggingface``.
+        """Write the Hugging Face model of ``checkpoint`` (default: the newest intact) to ``<checkpoint>/huggingface``.
 
         Returns the folder, or None when there is no checkpoint. Raises ConversionError.
         """
         from trinity.manager.checkpoint_converter import convert_checkpoint
 
-        folder = Path(checkpoint) if checkpoint is not None else CheckpointDir(self.checkpoint_dir).latest()
+        folder = Path(checkpoint) if checkpoint is not None else CheckpointDir(self.checkpoint_dir).usable_latest()
         if folder is None:
             return None
         exported = convert_checkpoint(folder, folder / HF_EXPORT, overwrite=True, check=False)
@@ -403,7 +444,9 @@ class FSDPTrainer:
             if not verdict.intact:
                 raise CheckpointError(
                     f"cannot resume from {folder}: {describe(verdict)}; choose an intact checkpoint "
-                    f"(`trinity checkpoints verify {folder.parent}` lists them)", exit_code=EXIT_USAGE)
+                    f"(`trinity checkpoints verify {folder.parent}` lists them)",
+                    exit_code=EXIT_USAGE,
+                )
         try:
             restored = self._on_all("load_checkpoint", str(folder))[0]
         except BaseException as exc:  # DCP reports a failed read as a BaseException
@@ -431,11 +474,7 @@ class FSDPTrainer:
             if rejected:
                 raise no_intact_checkpoint(checkpoints.root, rejected)
             return None
-        for verdict in rejected:
-            logger.warning("checkpoint %s is %s; falling back to %s", verdict.path, describe(verdict), chosen.path.name)
-        if chosen.status == "legacy":
-            logger.warning("checkpoint %s has no manifest (written by an older trinity); accepted after the old checks",
-                        chosen.path)
+        warn_rejected(rejected, chosen)
         return chosen.path
 
     # -- weights ---------------------------------------------------------------------------
@@ -463,7 +502,27 @@ class FSDPTrainer:
             return [getattr(worker, method)(*a) for worker, a in zip(self.workers, args, strict=True)]
         import ray
 
-        return list(ray.get([getattr(w, method).remote(*a) for w, a in zip(self.workers, args, strict=True)]))
+        try:
+            return list(ray.get([getattr(w, method).remote(*a) for w, a in zip(self.workers, args, strict=True)]))
+        except Exception as exc:
+            dead = self._dead_rank()
+            if dead is not None:  # a live rank's collective failed because a peer died: report the death
+                raise dead from exc
+            raise
+
+    def _dead_rank(self, timeout_s: float = 10.0) -> BaseException | None:
+        """Return the error of the first rank actor whose process is gone, or None when every rank answers."""
+        import ray
+        from ray.exceptions import GetTimeoutError, RayActorError
+
+        for worker in self.workers:
+            try:
+                ray.get(worker.__ray_ready__.remote(), timeout=timeout_s)
+            except RayActorError as exc:
+                return exc
+            except GetTimeoutError:
+                continue  # busy, not dead
+        return None
 
     # -- lifetime --------------------------------------------------------------------------
 

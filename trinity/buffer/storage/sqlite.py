@@ -43,9 +43,12 @@ from trinity.buffer.storage.base import (
 )
 from trinity.common.config.plan.data import StoragePlan
 from trinity.common.experience import Experience
+from trinity.errors import EXIT_USAGE, describe_storage_error, storage_error
 
 #: Key of the ``buffer_state`` row that says the writers closed the storage.
 CLOSED_KEY = "closed"
+#: Where the failed writes of a full or read-only buffer file can be moved, as a storage error's fix names it.
+_PATH_SETTING = "the storage's path (or checkpoint_root_dir)"
 
 
 class _Base(DeclarativeBase):
@@ -117,6 +120,13 @@ def open_engine(path: Path, busy_timeout: float) -> Engine:
             _Base.metadata.create_all(connection)
     except SQLAlchemyError as exc:
         engine.dispose()
+        disk = storage_error(exc)
+        if disk is not None:
+            disk.filename = disk.filename or str(path)
+            raise StorageError(
+                f"sqlite storage: cannot create {path}: {describe_storage_error(disk, _PATH_SETTING)}",
+                exit_code=EXIT_USAGE,
+            ) from None
         raise StorageError(f"sqlite storage: {path} is not a usable SQLite database ({_first_line(exc)})") from None
     return engine
 
@@ -132,8 +142,9 @@ class SQLiteStorage(ExperienceStorage):
 
     storage_type = "sqlite"
 
-    def __init__(self, path: str | Path, name: str = "experience", *, busy_timeout: float = 30.0,
-                 poll_interval: float = 0.05) -> None:
+    def __init__(
+        self, path: str | Path, name: str = "experience", *, busy_timeout: float = 30.0, poll_interval: float = 0.05
+    ) -> None:
         """Open (or create) the storage file at ``path``; raises StorageError when it is unusable."""
         super().__init__(name)
         self.path = Path(path)
@@ -175,8 +186,15 @@ class SQLiteStorage(ExperienceStorage):
             return
         now = time.time()
         rows = [
-            {"group_id": e.group_id, "run_id": e.run_id, "model_version": e.model_version, "reward": e.reward,
-             "consumed": False, "created_at": now, "data": dump_experience(e)}
+            {
+                "group_id": e.group_id,
+                "run_id": e.run_id,
+                "model_version": e.model_version,
+                "reward": e.reward,
+                "consumed": False,
+                "created_at": now,
+                "data": dump_experience(e),
+            }
             for e in experiences
         ]
         try:
@@ -196,14 +214,17 @@ class SQLiteStorage(ExperienceStorage):
                 with self.engine.begin() as connection:
                     rows = connection.execute(
                         select(ExperienceRow.id, ExperienceRow.data)
-                        .where(ExperienceRow.consumed.is_(False)).order_by(ExperienceRow.id).limit(n)
+                        .where(ExperienceRow.consumed.is_(False))
+                        .order_by(ExperienceRow.id)
+                        .limit(n)
                     ).all()
-                    closed = connection.execute(
-                        select(StateRow.value).where(StateRow.key == CLOSED_KEY)
-                    ).first() is not None
+                    closed = (
+                        connection.execute(select(StateRow.value).where(StateRow.key == CLOSED_KEY)).first() is not None
+                    )
                     if len(rows) >= need or (closed and rows):
                         connection.execute(
-                            update(ExperienceRow).where(ExperienceRow.id.in_([r.id for r in rows]))
+                            update(ExperienceRow)
+                            .where(ExperienceRow.id.in_([r.id for r in rows]))
                             .values(consumed=True)
                         )
                         return [self._decode(row.id, row.data) for row in rows]
@@ -226,6 +247,13 @@ class SQLiteStorage(ExperienceStorage):
             raise StorageError(f"{self.describe()}: row {row_id} holds no valid experience ({exc})") from None
 
     def _error(self, action: str, exc: SQLAlchemyError) -> StorageError:
+        disk = storage_error(exc)
+        if disk is not None:  # the disk is full or read-only: the user's to fix (exit status 2)
+            disk.filename = disk.filename or str(self.path)
+            return StorageError(
+                f"{self.describe()}: {action} failed: {describe_storage_error(disk, _PATH_SETTING)}",
+                exit_code=EXIT_USAGE,
+            )
         hint = " (another process held the lock past the busy timeout)" if isinstance(exc, OperationalError) else ""
         return StorageError(f"{self.describe()}: {action} failed: {_first_line(exc)}{hint}")
 
@@ -242,9 +270,11 @@ class SQLiteStorage(ExperienceStorage):
     def size(self) -> int:
         """Return the number of unconsumed experiences."""
         with self.engine.begin() as connection:
-            return int(connection.execute(
-                select(func.count()).select_from(ExperienceRow).where(ExperienceRow.consumed.is_(False))
-            ).scalar_one())
+            return int(
+                connection.execute(
+                    select(func.count()).select_from(ExperienceRow).where(ExperienceRow.consumed.is_(False))
+                ).scalar_one()
+            )
 
     def total(self) -> int:
         """Return the number of experiences ever stored, consumed or not."""

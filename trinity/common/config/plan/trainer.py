@@ -53,10 +53,15 @@ class OptimizerPlan:
 
     def describe(self) -> str:
         """One line for the plan."""
-        warm = f"{self.warmup_steps} warmup steps" if self.warmup_steps is not None else (
-            f"warmup {self.warmup_ratio:g} of the run" if self.warmup_ratio else "no warmup")
-        return (f"{self.kind} lr {self.lr:g} ({self.scheduler}, {warm}), betas {self.betas[0]:g}/{self.betas[1]:g}, "
-                f"weight decay {self.weight_decay:g}")
+        warm = (
+            f"{self.warmup_steps} warmup steps"
+            if self.warmup_steps is not None
+            else (f"warmup {self.warmup_ratio:g} of the run" if self.warmup_ratio else "no warmup")
+        )
+        return (
+            f"{self.kind} lr {self.lr:g} ({self.scheduler}, {warm}), betas {self.betas[0]:g}/{self.betas[1]:g}, "
+            f"weight decay {self.weight_decay:g}"
+        )
 
 
 @dataclass(frozen=True)
@@ -123,7 +128,7 @@ class TrainerPlan:
     max_checkpoints: int | None
     #: When a checkpoint also gets a Hugging Face export: ``last``, ``always``, ``never``.
     save_hf: str
-    #: On SIGTERM (mode both): finish the step in flight and save a checkpoint before stopping.
+    #: On SIGTERM (mode both or train): finish the step in flight and save a checkpoint before stopping.
     save_on_stop: bool
     #: Stop after this many steps (None: when the data runs out).
     total_steps: int | None
@@ -143,6 +148,7 @@ class TrainerPlan:
 
 def optimizer_plan(base: OptimizerConfig, mapped: dict[str, Any], where: str) -> OptimizerPlan:
     """Return the optimizer of ``base`` with veRL ``mapped`` values (``optim.lr`` → lr, ...) applied."""
+
     def pick(name: str) -> Any:
         return mapped.get(name, getattr(base, name))
 
@@ -173,7 +179,7 @@ def optimizer_plan(base: OptimizerConfig, mapped: dict[str, Any], where: str) ->
 
 
 def _prefixed(verl: VerlSettings, prefix: str) -> dict[str, Any]:
-    return {k[len(prefix):]: v[0] for k, v in verl.mapped.items() if k.startswith(prefix)}
+    return {k[len(prefix) :]: v[0] for k, v in verl.mapped.items() if k.startswith(prefix)}
 
 
 def _check_agreement(config: Config, verl: VerlSettings, target: str, ours: str, value: Any) -> None:
@@ -185,14 +191,27 @@ def _check_agreement(config: Config, verl: VerlSettings, target: str, ours: str,
         )
 
 
-def resolve_trainer(config: Config, verl: VerlSettings, *, dtype: str, max_model_len: int,
-                    use_critic: bool, critic_path: str, temperature: float) -> TrainerPlan:
+def resolve_trainer(
+    config: Config,
+    verl: VerlSettings,
+    *,
+    dtype: str,
+    max_model_len: int,
+    use_critic: bool,
+    critic_path: str,
+    temperature: float,
+) -> TrainerPlan:
     """Return the :class:`TrainerPlan` of ``config`` with ``verl``'s mapped values; raises ConfigError."""
     trainer = config.trainer
     actor_optim = _prefixed(verl, "actor.optim.")
     for name in actor_optim:
-        _check_agreement(config, verl, f"actor.optim.{name}", f"algorithm.optimizer.{name}",
-                         getattr(config.algorithm.optimizer, "optimizer_type" if name == "optimizer" else name))
+        _check_agreement(
+            config,
+            verl,
+            f"actor.optim.{name}",
+            f"algorithm.optimizer.{name}",
+            getattr(config.algorithm.optimizer, "optimizer_type" if name == "optimizer" else name),
+        )
     optimizer = optimizer_plan(config.algorithm.optimizer, actor_optim, "algorithm.optimizer")
     default_tokens = trainer.max_token_len_per_gpu or math.ceil(2 * max_model_len)
     use_dynamic = bool(verl.get("actor.use_dynamic_bsz", trainer.use_dynamic_bsz))

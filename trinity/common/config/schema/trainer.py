@@ -51,7 +51,7 @@ class TrainerConfig:
     trainer_config_path: str = refused(
         "", "trainer_config_path is deprecated; put the settings in trainer.trainer_config"
     )
-    #: (trinity-rft) On SIGTERM in mode both, finish the step in flight and save a checkpoint before stopping.
+    #: (trinity-rft) On SIGTERM in mode both or train, finish the step in flight and save a checkpoint before stopping.
     save_on_stop: bool = False
     #: (trinity-rft) ``torch.compile`` the model; None: what the device backend supports.
     use_torch_compile: bool | None = None

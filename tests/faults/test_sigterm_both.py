@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from tests.e2e.test_run_both import job_config, records, run_cli
+from tests.faults.ledger import FaultLedger
 
 STEPS = 5
 
@@ -40,10 +41,18 @@ def _session_pids(session: int) -> list[int]:
 
 
 def _config(tmp_path: Path, tiny_model: Path, save_on_stop: bool) -> Path:
-    raw = job_config(tmp_path, tiny_model, **{
-        "buffer.total_steps": STEPS, "trainer.save_interval": 0, "trainer.save_on_stop": save_on_stop,
-        "cluster.gpu_per_node": 2, "synchronizer.verify_checksums": False, "buffer.explorer_input.eval_tasksets": [],
-    })
+    raw = job_config(
+        tmp_path,
+        tiny_model,
+        **{
+            "buffer.total_steps": STEPS,
+            "trainer.save_interval": 0,
+            "trainer.save_on_stop": save_on_stop,
+            "cluster.gpu_per_node": 2,
+            "synchronizer.verify_checksums": False,
+            "buffer.explorer_input.eval_tasksets": [],
+        },
+    )
     config_file = tmp_path / "job.yaml"
     config_file.write_text(yaml.safe_dump(raw))
     return config_file
@@ -56,7 +65,8 @@ def _terminate_after_step_2(config_file: Path, run_dir: Path, log: Path) -> None
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and first.poll() is None:
             if (run_dir / "metrics.jsonl").exists() and any(
-                    r["phase"] == "train" and r["step"] >= 2 for r in records(run_dir)):
+                r["phase"] == "train" and r["step"] >= 2 for r in records(run_dir)
+            ):
                 break
             time.sleep(0.05)
         assert first.poll() is None, f"the run ended before the signal:\n{log.read_text()[-3000:]}"
@@ -77,7 +87,10 @@ def _terminate_after_step_2(config_file: Path, run_dir: Path, log: Path) -> None
     assert text.rstrip().endswith("trinity: error: terminated (SIGTERM)")
 
 
-def test_sigterm_stops_everything_at_once_by_default(tmp_path: Path, tiny_model: Path) -> None:
+def test_sigterm_stops_everything_at_once_by_default(
+    tmp_path: Path, tiny_model: Path, fault_ledger: FaultLedger
+) -> None:
+    fault_ledger.case("sigterm-both")
     run_dir = tmp_path / "ckpt" / "e2e" / "run"
     _terminate_after_step_2(_config(tmp_path, tiny_model, save_on_stop=False), run_dir, tmp_path / "run.log")
     assert "SIGTERM: stopping" not in (tmp_path / "run.log").read_text()
@@ -85,7 +98,9 @@ def test_sigterm_stops_everything_at_once_by_default(tmp_path: Path, tiny_model:
 
 
 def test_sigterm_saves_the_last_step_stops_everything_and_the_same_command_resumes(
-        tmp_path: Path, tiny_model: Path) -> None:
+    tmp_path: Path, tiny_model: Path, fault_ledger: FaultLedger
+) -> None:
+    fault_ledger.case("sigterm-both-save-on-stop")
     config_file = _config(tmp_path, tiny_model, save_on_stop=True)
     run_dir = tmp_path / "ckpt" / "e2e" / "run"
     log = tmp_path / "run.log"

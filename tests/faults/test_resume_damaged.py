@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from tests.e2e.test_run_both import job_config, records, run_cli
+from tests.faults.ledger import FaultLedger
 from trinity.cli.main import main
 from trinity.trainer.manifest import verify
 
@@ -23,17 +24,26 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _config(tmp_path: Path, model: Path, steps: int) -> Path:
-    raw = job_config(tmp_path, model, **{
-        "buffer.total_steps": steps, "trainer.save_interval": 1, "cluster.gpu_per_node": 2,
-        "synchronizer.verify_checksums": False, "buffer.explorer_input.eval_tasksets": [],
-    })
+    raw = job_config(
+        tmp_path,
+        model,
+        **{
+            "buffer.total_steps": steps,
+            "trainer.save_interval": 1,
+            "cluster.gpu_per_node": 2,
+            "synchronizer.verify_checksums": False,
+            "buffer.explorer_input.eval_tasksets": [],
+        },
+    )
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path
 
 
 def test_a_run_resumes_from_the_newest_intact_checkpoint(
-        tmp_path: Path, tiny_model: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, tiny_model: Path, capsys: pytest.CaptureFixture[str], fault_ledger: FaultLedger
+) -> None:
+    fault_ledger.case("damaged-newest-both-mode")
     run_dir = tmp_path / "ckpt" / "e2e" / "run"
     log = tmp_path / "run.log"
     assert run_cli(_config(tmp_path, tiny_model, 2), log).wait(300) == 0, log.read_text()[-3000:]
@@ -48,7 +58,7 @@ def test_a_run_resumes_from_the_newest_intact_checkpoint(
     first_log = log.read_text()
     before = len(records(run_dir))
     assert run_cli(_config(tmp_path, tiny_model, 3), log).wait(300) == 0, log.read_text()[-3000:]
-    second_log = log.read_text()[len(first_log):]
+    second_log = log.read_text()[len(first_log) :]
     warned = [line for line in second_log.splitlines() if "falling back" in line]
     assert len(warned) == 1 and str(newest) in warned[0] and "checksum mismatch" in warned[0]
     assert "step-1" in warned[0] and "Traceback" not in second_log

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .test_run_both import job_config, run_cli
+from tests.e2e.test_run_both import job_config, run_cli
+from tests.faults.ledger import FaultLedger
 
 
 @pytest.fixture(scope="module")
@@ -36,13 +37,23 @@ def started() -> Iterator[list[subprocess.Popen[bytes]]]:
 
 def write_config(tmp: Path, model: Path, file: str, mode: str, **overrides: object) -> Path:
     """A long job in ``mode`` (a SQLite buffer, so explore and train jobs can share it) written to ``tmp/file``."""
-    raw = job_config(tmp, model, **{
-        "mode": mode, "buffer.total_steps": 200, "buffer.explorer_input.eval_tasksets": [],
-        "buffer.trainer_input.experience_buffer": {"name": "experience", "storage_type": "sql",
-                                                   "max_read_timeout": 600.0},
-        "cluster.gpu_per_node": 1 if mode != "both" else 2, "synchronizer.verify_checksums": False,
-        **overrides,
-    })
+    raw = job_config(
+        tmp,
+        model,
+        **{
+            "mode": mode,
+            "buffer.total_steps": 200,
+            "buffer.explorer_input.eval_tasksets": [],
+            "buffer.trainer_input.experience_buffer": {
+                "name": "experience",
+                "storage_type": "sql",
+                "max_read_timeout": 600.0,
+            },
+            "cluster.gpu_per_node": 1 if mode != "both" else 2,
+            "synchronizer.verify_checksums": False,
+            **overrides,
+        },
+    )
     path = tmp / file
     path.write_text(yaml.safe_dump(raw))
     return path
@@ -73,7 +84,10 @@ def refused(config: Path, log: Path) -> tuple[int, str, float]:
 
 
 def test_a_second_run_is_refused_and_a_killed_owners_lock_is_taken_over(
-        tmp_path: Path, tiny_model: Path, started: list[subprocess.Popen[bytes]]) -> None:
+    tmp_path: Path, tiny_model: Path, started: list[subprocess.Popen[bytes]], fault_ledger: FaultLedger
+) -> None:
+    fault_ledger.case("lock-busy-folder")
+    fault_ledger.case("lock-stale-takeover")
     config = write_config(tmp_path, tiny_model, "job.yaml", "both")
     run_dir = tmp_path / "ckpt" / "e2e" / "run"
     log = tmp_path / "first.log"
@@ -91,23 +105,36 @@ def test_a_second_run_is_refused_and_a_killed_owners_lock_is_taken_over(
     assert "Traceback" not in output
 
     os.killpg(first.pid, signal.SIGKILL)
+    fault_ledger.kill("driver")
     first.wait(30)
     assert holder_pid(run_dir / "train.lock") == first.pid, "a killed owner leaves its record behind"
     # The next run takes the dead owner's locks over; a task set that does not exist then stops it before Ray.
-    broken = write_config(tmp_path, tiny_model, "broken.yaml", "both", **{
-        "buffer.explorer_input.taskset": {"path": str(tmp_path / "missing.jsonl"),
-                                          "format": {"prompt_key": "question", "response_key": "answer"}}})
+    broken = write_config(
+        tmp_path,
+        tiny_model,
+        "broken.yaml",
+        "both",
+        **{
+            "buffer.explorer_input.taskset": {
+                "path": str(tmp_path / "missing.jsonl"),
+                "format": {"prompt_key": "question", "response_key": "answer"},
+            }
+        },
+    )
     code, output, _ = refused(broken, tmp_path / "third.log")
     warnings = [line for line in output.splitlines() if "taking over" in line]
     assert len(warnings) == 2, output  # the explore and the train role
-    assert all(line.startswith("trinity: warning: ") and f"left by pid {first.pid} on host " in line
-               for line in warnings)
+    assert all(
+        line.startswith("trinity: warning: ") and f"left by pid {first.pid} on host " in line for line in warnings
+    )
     assert code == 2 and "missing.jsonl" in output.splitlines()[-1], output
     assert (run_dir / "train.lock").read_text() == "", "the run that failed let its locks go"
 
 
 def test_explore_and_train_jobs_share_a_folder_but_a_second_explore_job_is_refused(
-        tmp_path: Path, tiny_model: Path, started: list[subprocess.Popen[bytes]]) -> None:
+    tmp_path: Path, tiny_model: Path, started: list[subprocess.Popen[bytes]], fault_ledger: FaultLedger
+) -> None:
+    fault_ledger.case("lock-role-busy")
     run_dir = tmp_path / "ckpt" / "e2e" / "run"
     explore_log, train_log = tmp_path / "explore.log", tmp_path / "train.log"
     explorer = run_cli(write_config(tmp_path, tiny_model, "explore.yaml", "explore"), explore_log, verbose=True)
@@ -117,14 +144,18 @@ def test_explore_and_train_jobs_share_a_folder_but_a_second_explore_job_is_refus
     started.append(trainer)
     # Both get through their session (lock, Ray, device, layout) and run side by side.
     for job, log in ((explorer, explore_log), (trainer, train_log)):
-        wait_for(lambda log=log, job=job: "device backend" in log.read_text() or job.poll() is not None,  # type: ignore[misc]
-                 "the job's session", log)
+        wait_for(
+            lambda log=log, job=job: "device backend" in log.read_text() or job.poll() is not None,  # type: ignore[misc]
+            "the job's session",
+            log,
+        )
         assert job.poll() is None, log.read_text()[-3000:]
     assert holder_pid(run_dir / "explore.lock") == explorer.pid
     assert holder_pid(run_dir / "train.lock") == trainer.pid
 
-    code, output, took = refused(write_config(tmp_path, tiny_model, "explore2.yaml", "explore"),
-                                 tmp_path / "explore2.log")
+    code, output, took = refused(
+        write_config(tmp_path, tiny_model, "explore2.yaml", "explore"), tmp_path / "explore2.log"
+    )
     assert code == 2 and f"its explore role is held by another trinity run, pid {explorer.pid} " in output, output
     assert took < 10
     code, output, _ = refused(write_config(tmp_path, tiny_model, "both.yaml", "both"), tmp_path / "both.log")
