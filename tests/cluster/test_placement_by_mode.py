@@ -31,6 +31,7 @@ from trinity.common.config.plan.run import resolve_run
 from trinity.common.models.placement import PlacementError, create_placement_group
 from trinity.errors import EXIT_USAGE
 from trinity.launcher import run_plan
+from trinity.launcher.bench import BENCH_DIR
 
 NODE = {"num_cpus": 3, "resources": {"ACME": 2}}
 
@@ -90,8 +91,9 @@ def groups_of(plan: Any, before: Collection[str] = ()) -> dict[str, dict[str, An
 
 
 def actors_of(plan: Any) -> list[dict[str, Any]]:
-    """The actor entries of the run's ``device.json``."""
-    return list(json.loads((plan.run_dir / "device.json").read_text())["actors"])
+    """The actor entries of the job's ``device.json`` (a bench job keeps its own under ``bench/``)."""
+    folder = plan.run_dir / BENCH_DIR if plan.config.mode == "bench" else plan.run_dir
+    return list(json.loads((folder / "device.json").read_text())["actors"])
 
 
 @pytest.fixture(scope="module")
