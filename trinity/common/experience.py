@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from trinity.common.array_state import arrays_to_tensors, tensors_to_arrays
+
 #: Placeholder for a Batch field its constructor was not given (filled in ``__post_init__``).
 _UNSET = torch.empty(0)
 
@@ -73,6 +75,14 @@ class Experience:
                 setattr(self, name, value)
         if self.rejected_tokens is not None:
             self.rejected_tokens = torch.as_tensor(self.rejected_tokens, dtype=torch.long)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle state: tensors as numpy arrays (several times cheaper to pickle; see ``array_state``)."""
+        return tensors_to_arrays(self.__dict__)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Restore from :meth:`__getstate__` (no validation: the pickled experience was valid)."""
+        self.__dict__.update(arrays_to_tensors(state))
 
     @property
     def response_length(self) -> int:

@@ -13,6 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
+from trinity.common.array_state import arrays_to_tensors, tensors_to_arrays
 from trinity.weight_transport.protocol import TensorMeta, WeightSyncGroupInfo
 
 
@@ -52,6 +53,14 @@ class Completion:
     #: Weights version that produced it.
     model_version: int
     info: dict[str, Any] = field(default_factory=dict)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle state: tensors as numpy arrays, cheaper across Ray (see ``trinity.common.array_state``)."""
+        return tensors_to_arrays(self.__dict__)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Restore from :meth:`__getstate__`."""
+        self.__dict__.update(arrays_to_tensors(state))
 
 
 @runtime_checkable
