@@ -266,6 +266,7 @@ def test_online_receive_loads_the_broadcast_weights(fresh_engine: HFEngine) -> N
         group_name="test-hf-receive", backend="gloo", timeout_s=30.0,
     )
     new = perturbed(fresh_engine, seed=3)
+    storage = {name: p.data_ptr() for name, p in fresh_engine.model.named_parameters()}
     joined: list[BaseException] = []
 
     def engine_side() -> None:
@@ -289,5 +290,6 @@ def test_online_receive_loads_the_broadcast_weights(fresh_engine: HFEngine) -> N
     finally:
         trainer.close()
     assert fresh_engine.model_version() == 5
+    assert {name: p.data_ptr() for name, p in fresh_engine.model.named_parameters()} == storage  # loaded in place
     expected = {**new, "lm_head.weight": new["model.embed_tokens.weight"]}
     assert fresh_engine.state_dict_checksum() == state_dict_checksum(expected)

@@ -144,6 +144,51 @@ def test_random_layouts_round_trip_in_one_process(bucket: int) -> None:
         member.close()
 
 
+@pytest.mark.parametrize("bucket", [8192, 1 << 20])
+def test_receive_into_fills_the_targets_in_place(bucket: int) -> None:
+    """Buckets land in the receiver's own tensors: same dtype ones directly, others (float64 here) through staging."""
+    import threading
+
+    state = random_state_dict(bucket)
+    group = info(2, f"into-{bucket}")
+    members: dict[int, WeightSyncGroup] = {}
+
+    def build(rank: int) -> None:
+        members[rank] = WeightSyncGroup.create(group) if rank == 0 else WeightSyncGroup.join(group, rank)
+
+    threads = [threading.Thread(target=build, args=(rank,)) for rank in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    metas = state_dict_metas(state)
+    names = list(state)
+    # every third target in float64 (a bf16/int sender value is exact in float64), the rest as sent
+    targets = [torch.full_like(state[n], 7, dtype=torch.float64) if i % 3 == 0 else torch.full_like(state[n], 7)
+               for i, n in enumerate(names)]
+    pointers = [t.data_ptr() for t in targets]
+    errors: list[BaseException] = []
+
+    def receive() -> None:
+        try:
+            members[1].receive_into(metas, bucket, targets)
+        except BaseException as exc:  # noqa: BLE001 - reported to the test thread
+            errors.append(exc)
+
+    receiver = threading.Thread(target=receive)
+    receiver.start()
+    members[0].broadcast_state_dict(state, bucket)
+    receiver.join(30)
+    assert not errors
+    assert [t.data_ptr() for t in targets] == pointers
+    for name, target in zip(names, targets, strict=True):
+        assert torch.equal(target, state[name].to(target.dtype)), name
+    with pytest.raises(WeightSyncError, match=r"weight 't0': the target holds 1 elements"):
+        members[1].receive_into(metas, bucket, [torch.zeros(1), *targets[1:]])  # refused before any byte
+    for member in members.values():
+        member.close()
+
+
 def test_ranks_are_checked_and_a_closed_group_refuses() -> None:
     group = info(2, "ranks")
     with pytest.raises(WeightSyncError, match=r"rank in 1\.\.1"):

@@ -40,7 +40,7 @@ from trinity.algorithm import (
 )
 from trinity.common.config.plan.run import RunPlan
 from trinity.common.config.plan.trainer import OptimizerPlan
-from trinity.common.models.checksum import state_dict_checksum
+from trinity.common.models.checksum import state_dict_checksum, tied_alias_sources
 from trinity.trainer.batching import Rows, count_units, row_count, slice_rows
 from trinity.trainer.checkpoint import CheckpointDir, read_state
 from trinity.trainer.models import (
@@ -444,8 +444,12 @@ class FSDPWorker:
             return state
         return {k: v.to(self.compute_dtype) if v.is_floating_point() else v for k, v in state.items()}
 
-    def full_state_dict(self, *, all_ranks: bool = False) -> dict[str, torch.Tensor]:
-        """Gather the actor's full weights (collective): on CPU on rank 0 (every rank with ``all_ranks``)."""
+    def full_state_dict(self, *, all_ranks: bool = False, copy: bool = True) -> dict[str, torch.Tensor]:
+        """Gather the actor's full weights (collective): on CPU on rank 0 (every rank with ``all_ranks``).
+
+        With one rank the "gathered" tensors are the live parameters: they are
+        copied unless ``copy=False`` (the caller reads them before the next update).
+        """
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         self._check_ready()
@@ -453,9 +457,13 @@ class FSDPWorker:
         state = cast(dict[str, torch.Tensor], get_model_state_dict(self.actor, options=options))
         if all_ranks:
             state = {k: v.detach().cpu() for k, v in state.items()}
-        if self.world_size == 1:  # one rank: the "gathered" tensors are the live parameters; hand out copies
-            state = {k: v.detach().clone() for k, v in state.items()}
+        if self.world_size == 1:
+            state = {k: v.detach().clone() if copy else v.detach() for k, v in state.items()}
         return self._export_dtype(state)
+
+    def _tied_aliases(self) -> set[str]:
+        """Names of parameters that are another parameter under a second name (tied embeddings)."""
+        return set(tied_alias_sources(self.actor))
 
     def state_dict_checksum(self) -> str:
         """Return the checksum of the full actor weights as exported to engines (collective; same on every rank)."""
@@ -570,14 +578,20 @@ class FSDPWorker:
         self._weight_sync = WeightSyncGroup.create(info)
 
     def gather_weights(self) -> list[TensorMeta] | None:
-        """Gather the full weights for a sync (collective); rank 0 keeps them and returns their metas."""
+        """Gather the full weights for a sync (collective); rank 0 keeps them and returns their metas.
+
+        A tied parameter's second name (``lm_head.weight`` tied to the input
+        embedding) is left out: it is the same tensor, and the engines, built
+        from the same model folder, tie it as well.
+        """
         from trinity.weight_transport.buckets import state_dict_metas
 
-        state = self.full_state_dict()
+        state = self.full_state_dict(copy=False)  # sent (or stored) before the next update changes them
         if self.rank != 0:
             return None
-        self._sync_state = state
-        return state_dict_metas(state)
+        aliases = self._tied_aliases()  # the engines tie them too: the first name carries the tensor
+        self._sync_state = {name: value for name, value in state.items() if name not in aliases}
+        return state_dict_metas(self._sync_state)
 
     def broadcast_weights(self, bucket_bytes: int) -> int:
         """Rank 0: broadcast the gathered weights to the engines; return the bytes sent."""

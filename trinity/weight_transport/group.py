@@ -38,6 +38,7 @@ import torch
 import trinity.device
 from trinity.weight_transport.buckets import (
     HEADER_LEN,
+    Bucket,
     dtype_from_name,
     numel_of,
     plan_buckets,
@@ -50,6 +51,17 @@ logger = logging.getLogger(__name__)
 
 #: Buckets in flight at once on each side of a broadcast (double buffering).
 IN_FLIGHT = 2
+
+
+def _direct_view(bucket: Bucket, targets: Sequence[torch.Tensor], device: torch.device) -> torch.Tensor | None:
+    """Return the part of a target that ``bucket`` fills when it can be received there without staging, else None."""
+    if len(bucket.slices) != 1:
+        return None
+    piece = bucket.slices[0]
+    target = targets[piece.index]
+    if target.device != device or target.dtype != dtype_from_name(bucket.dtype) or not target.is_contiguous():
+        return None
+    return target.view(-1)[piece.start : piece.stop]
 
 
 def _buffer_device(device_type: str) -> torch.device:
@@ -242,6 +254,79 @@ class WeightSyncGroup:
             view = storage[meta.dtype][offset : offset + numel_of(meta.shape)].view(meta.shape)
             out[meta.name] = view if target == self.device else view.to(target)
         return out
+
+    def receive_into(self, metas: Sequence[TensorMeta], bucket_bytes: int, targets: Sequence[torch.Tensor]) -> None:
+        """Receive the broadcast of ``metas`` straight into ``targets`` (one per meta, in order), bucket by bucket.
+
+        Unlike :meth:`receive_state_dict` no buffer of the whole state dict is
+        allocated: a bucket that is one piece of a target already on the
+        group's device, in its dtype and contiguous, is received in place;
+        any other bucket lands in a staging buffer (at most :data:`IN_FLIGHT`,
+        each the size of the largest bucket) and is copied into its targets,
+        converting dtype and device. A target needs only the meta's number of
+        elements. If the broadcast fails midway, the targets hold a mix of old
+        and new values: the caller must treat them as unknown. Raises
+        :class:`WeightSyncError` like :meth:`receive_state_dict`, and before
+        any byte is received when a target's size differs from its meta.
+        """
+        self._check_open()
+        if self.rank == 0:
+            raise WeightSyncError("rank 0 is the sender; it cannot receive weights")
+        if len(targets) != len(metas):
+            raise WeightSyncError(f"receive_into got {len(targets)} targets for {len(metas)} tensors")
+        for meta, target in zip(metas, targets, strict=True):
+            if target.numel() != numel_of(meta.shape):
+                raise WeightSyncError(
+                    f"weight {meta.name!r}: the target holds {target.numel()} elements, the sender sends "
+                    f"{numel_of(meta.shape)} (shape {tuple(meta.shape)})"
+                )
+        buckets = plan_buckets(metas, bucket_bytes)
+        expected = plan_header(metas, buckets)
+        header = torch.empty(HEADER_LEN, dtype=torch.int64, device=self.device)
+        self._broadcast(header)
+        if not torch.equal(header.cpu(), expected):
+            raise WeightSyncError(
+                f"weight-sync rank {self.rank}: the sender broadcasts {int(header[0])} tensors in {int(header[1])} "
+                f"buckets but the metas given here describe {len(metas)} tensors in {len(buckets)} buckets; "
+                "sender and receivers must use the same metas and bucket_bytes"
+            )
+        largest = max((b.nbytes for b in buckets), default=0)
+        free: list[torch.Tensor] = []
+        allocated = 0
+        in_flight: deque[tuple[Any, Bucket, torch.Tensor | None]] = deque()
+
+        def land() -> None:
+            work, bucket, held = in_flight.popleft()
+            work.wait()
+            if held is None:
+                return
+            trinity.device.synchronize()
+            flat = held[: bucket.nbytes].view(dtype_from_name(bucket.dtype))
+            for piece in bucket.slices:
+                length = piece.stop - piece.start
+                destination = targets[piece.index].view(-1)[piece.start : piece.stop]
+                destination.copy_(flat[piece.offset : piece.offset + length])
+            free.append(held)
+
+        trinity.device.synchronize()
+        for bucket in buckets:
+            while len(in_flight) >= IN_FLIGHT:
+                land()
+            direct = _direct_view(bucket, targets, self.device)
+            if direct is not None:
+                in_flight.append((self._pg.broadcast(direct, 0), bucket, None))
+                continue
+            if not free and allocated < IN_FLIGHT:
+                free.append(torch.empty(largest, dtype=torch.uint8, device=self.device))
+                allocated += 1
+            while not free:
+                land()
+            held = free.pop()
+            buffer = held[: bucket.nbytes].view(dtype_from_name(bucket.dtype))
+            in_flight.append((self._pg.broadcast(buffer, 0), bucket, held))
+        while in_flight:
+            land()
+        trinity.device.synchronize()
 
     def broadcast_tensor(self, tensor: torch.Tensor) -> None:
         """Broadcast one tensor in place from rank 0 (a raw collective, for benchmarks and small messages)."""

@@ -25,3 +25,18 @@ def state_dict_checksum(state_dict: Mapping[str, torch.Tensor]) -> str:
         digest.update(repr(tuple(values.shape)).encode("ascii"))
         digest.update(values.numpy().tobytes())
     return digest.hexdigest()
+
+
+def tied_alias_sources(module: torch.nn.Module) -> dict[str, str]:
+    """Map each second name of a tied parameter to its first name (``{"lm_head.weight": "model.embed_tokens.weight"}``).
+
+    A weight sync sends a tied parameter once, under its first name; a
+    receiver that checksums what it was sent adds the aliases back with this.
+    """
+    first: dict[int, str] = {}
+    aliases: dict[str, str] = {}
+    for name, param in module.named_parameters(remove_duplicate=False):
+        source = first.setdefault(id(param), name)
+        if source != name:
+            aliases[name] = source
+    return aliases

@@ -58,6 +58,9 @@ from trinity.weight_transport.protocol import TensorMeta, WeightSyncGroupInfo
 
 logger = logging.getLogger(__name__)
 
+#: The version an engine reports while (or after failing) loading weights in place: neither the old nor the new.
+UNKNOWN_VERSION = -1
+
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 #: Prefixes that wrappers add to parameter names (DDP/FSDP1, torch.compile); stripped when a name is unknown.
 _WRAPPER_PREFIXES = ("module.", "_orig_mod.", "_fsdp_wrapped_module.")
@@ -548,16 +551,40 @@ class HFEngine(TextPrompts):
         device.empty_cache()
 
     def receive_weights(self, metas: Sequence[TensorMeta], version: int, bucket_bytes: int) -> None:
-        """Receive the trainer's broadcast of ``metas`` (rank 0), load it and set the version.
+        """Receive the trainer's broadcast of ``metas`` (rank 0) into the model's parameters and set the version.
 
-        Raises EngineError when :meth:`init_weight_sync` was not called first.
+        The buckets land in the parameters in place (no copy of the whole
+        model is held; see ``WeightSyncGroup.receive_into``); generation waits
+        meanwhile, and the version reads ``UNKNOWN_VERSION`` until the last
+        bucket is in. Metas naming tensors the model lacks (or with other
+        shapes) are received aside and refused by :meth:`load_state_dict`,
+        the model unchanged. Raises EngineError when :meth:`init_weight_sync`
+        was not called first.
         """
         if self._sync_group is None:
             raise EngineError("receive_weights before init_weight_sync: this engine is in no weight-sync group")
-        device.synchronize()
-        received = self._sync_group.receive_state_dict(list(metas), bucket_bytes, self.device)
-        device.synchronize()
-        self.load_state_dict(received, version)
+        targets = self._receive_targets(metas)
+        if targets is None:  # names or shapes the model lacks: receive aside, so load_state_dict names them
+            device.synchronize()
+            received = self._sync_group.receive_state_dict(list(metas), bucket_bytes, self.device)
+            device.synchronize()
+            self.load_state_dict(received, version)
+            return
+        with self._model_lock, torch.no_grad():
+            self._version = UNKNOWN_VERSION  # a broadcast failing midway leaves a mix of old and new weights
+            self._sync_group.receive_into(list(metas), bucket_bytes, targets)
+            self._version = int(version)
+
+    def _receive_targets(self, metas: Sequence[TensorMeta]) -> list[torch.Tensor] | None:
+        """Return the model's own tensor for each meta (detached, shared storage), or None when one does not fit."""
+        own = self.model.state_dict(keep_vars=True)
+        targets = []
+        for meta in metas:
+            target = own.get(self._resolve(meta.name, own))
+            if target is None or tuple(target.shape) != tuple(meta.shape):
+                return None
+            targets.append(target.detach())
+        return targets
 
     def state_dict_checksum(self) -> str:
         """Return the checksum of the loaded weights (:func:`trinity.common.models.checksum.state_dict_checksum`)."""

@@ -133,9 +133,11 @@ class WeightSyncExtension:
         with torch.no_grad():
             self.model_runner.model.load_weights(weights=items())
         if state["track"] and complete and int(self.rank) == 0:
-            from trinity.common.models.checksum import state_dict_checksum
+            from trinity.common.models.checksum import state_dict_checksum, tied_alias_sources
 
-            state["checksum"] = state_dict_checksum(weights)
+            tied = tied_alias_sources(self.model_runner.model)  # sent once; the trainer's checksum lists them
+            extra = {alias: weights[src] for alias, src in tied.items() if alias not in weights and src in weights}
+            state["checksum"] = state_dict_checksum({**weights, **extra})
         elif not complete:
             state["checksum"] = None  # a partial load: the full set is no longer known
         return len(weights)
