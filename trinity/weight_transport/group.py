@@ -51,6 +51,8 @@ logger = logging.getLogger(__name__)
 
 #: Buckets in flight at once on each side of a broadcast (double buffering).
 IN_FLIGHT = 2
+#: Staging buffers of a receiver loading in place (:meth:`WeightSyncGroup.receive_into`): one bucket at most.
+RECEIVE_STAGING = 1
 
 
 def _direct_view(bucket: Bucket, targets: Sequence[torch.Tensor], device: torch.device) -> torch.Tensor | None:
@@ -261,8 +263,9 @@ class WeightSyncGroup:
         Unlike :meth:`receive_state_dict` no buffer of the whole state dict is
         allocated: a bucket that is one piece of a target already on the
         group's device, in its dtype and contiguous, is received in place;
-        any other bucket lands in a staging buffer (at most :data:`IN_FLIGHT`,
-        each the size of the largest bucket) and is copied into its targets,
+        any other bucket lands in a staging buffer (:data:`RECEIVE_STAGING`,
+        the size of the largest bucket: the memory a sync adds stays within
+        one bucket) and is copied into its targets,
         converting dtype and device. A target needs only the meta's number of
         elements. If the broadcast fails midway, the targets hold a mix of old
         and new values: the caller must treat them as unknown. Raises
@@ -316,7 +319,7 @@ class WeightSyncGroup:
             if direct is not None:
                 in_flight.append((self._pg.broadcast(direct, 0), bucket, None))
                 continue
-            if not free and allocated < IN_FLIGHT:
+            if not free and allocated < RECEIVE_STAGING:
                 free.append(torch.empty(largest, dtype=torch.uint8, device=self.device))
                 allocated += 1
             while not free:
