@@ -16,6 +16,7 @@ import pytest
 
 from tests.cli._runner import Result, Runner
 from tests.cli.test_cli_run import GOOD, write
+from tests.listeners import http_listener as listening
 
 #: A failure found before Ray starts takes about the CLI's start-up time; Ray alone takes longer.
 FAST_S = 5.0
@@ -54,21 +55,8 @@ def silent_listener() -> Iterator[str]:
 @pytest.fixture
 def http_listener() -> Iterator[str]:
     """Yield ``host:port`` of a listener that answers every connection like an HTTP/1 web server."""
-    server = socket.create_server(("127.0.0.1", 0))
-
-    def serve() -> None:
-        while True:
-            try:
-                conn = server.accept()[0]
-            except OSError:
-                return
-            with conn:
-                conn.recv(1024)
-                conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
-
-    threading.Thread(target=serve, daemon=True).start()
-    yield f"127.0.0.1:{server.getsockname()[1]}"
-    server.close()
+    with listening() as address:
+        yield address
 
 
 def test_an_address_where_a_silent_service_listens_fails_fast(

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from concurrent import futures
 
 import pytest
 
+from tests.listeners import http_listener
 from trinity.common.ray_connect import RayConnectionError, address_problem, check_address, client_address
 
 
@@ -28,21 +28,8 @@ def grpc_server() -> Iterator[str]:
 @pytest.fixture
 def web_server() -> Iterator[str]:
     """Yield ``host:port`` of a listener that answers like an HTTP/1 web server."""
-    server = socket.create_server(("127.0.0.1", 0))
-
-    def serve() -> None:
-        while True:
-            try:
-                conn = server.accept()[0]
-            except OSError:
-                return
-            with conn:
-                conn.recv(1024)
-                conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
-
-    threading.Thread(target=serve, daemon=True).start()
-    yield f"127.0.0.1:{server.getsockname()[1]}"
-    server.close()
+    with http_listener() as address:
+        yield address
 
 
 def _closed_port() -> int:

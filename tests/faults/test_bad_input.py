@@ -9,8 +9,6 @@ what to do, no traceback, no Ray started and nothing left running.
 from __future__ import annotations
 
 import os
-import socket
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,6 +19,7 @@ import pytest
 from tests.e2e.test_run_both import job_config
 from tests.faults.ledger import FaultLedger
 from tests.faults.operator_view import one_error_line, ray_started, run, sft_config, write_config
+from tests.listeners import http_listener
 
 #: Found before Ray starts, a failure costs about the command's start-up time.
 FAST_S = 15.0
@@ -36,21 +35,8 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def web_server() -> Iterator[str]:
     """Yield ``host:port`` of a listener that answers every connection like an HTTP/1 web server (not Ray)."""
-    server = socket.create_server(("127.0.0.1", 0))
-
-    def serve() -> None:
-        while True:
-            try:
-                conn = server.accept()[0]
-            except OSError:
-                return
-            with conn:
-                conn.recv(1024)
-                conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
-
-    threading.Thread(target=serve, daemon=True).start()
-    yield f"127.0.0.1:{server.getsockname()[1]}"
-    server.close()
+    with http_listener() as address:
+        yield address
 
 
 def _broken_tasks(tmp: Path) -> Path:

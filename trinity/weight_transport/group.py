@@ -221,16 +221,7 @@ class WeightSyncGroup:
         if self.rank == 0:
             raise WeightSyncError("rank 0 is the sender; it cannot receive weights")
         target = torch.device(device) if device is not None else self.device
-        buckets = plan_buckets(metas, bucket_bytes)
-        expected = plan_header(metas, buckets)
-        header = torch.empty(HEADER_LEN, dtype=torch.int64, device=self.device)
-        self._broadcast(header)
-        if not torch.equal(header.cpu(), expected):
-            raise WeightSyncError(
-                f"weight-sync rank {self.rank}: the sender broadcasts {int(header[0])} tensors in {int(header[1])} "
-                f"buckets but the metas given here describe {len(metas)} tensors in {len(buckets)} buckets; "
-                "sender and receivers must use the same metas and bucket_bytes"
-            )
+        buckets = self._receive_plan(metas, bucket_bytes)
         # One flat buffer per dtype, in plan order: bucket k of a dtype is the next run of its buffer.
         sizes: dict[str, int] = {}
         offsets: list[int] = []
@@ -283,16 +274,7 @@ class WeightSyncGroup:
                     f"weight {meta.name!r}: the target holds {target.numel()} elements, the sender sends "
                     f"{numel_of(meta.shape)} (shape {tuple(meta.shape)})"
                 )
-        buckets = plan_buckets(metas, bucket_bytes)
-        expected = plan_header(metas, buckets)
-        header = torch.empty(HEADER_LEN, dtype=torch.int64, device=self.device)
-        self._broadcast(header)
-        if not torch.equal(header.cpu(), expected):
-            raise WeightSyncError(
-                f"weight-sync rank {self.rank}: the sender broadcasts {int(header[0])} tensors in {int(header[1])} "
-                f"buckets but the metas given here describe {len(metas)} tensors in {len(buckets)} buckets; "
-                "sender and receivers must use the same metas and bucket_bytes"
-            )
+        buckets = self._receive_plan(metas, bucket_bytes)
         largest = max((b.nbytes for b in buckets), default=0)
         free: list[torch.Tensor] = []
         allocated = 0
@@ -330,6 +312,20 @@ class WeightSyncGroup:
         while in_flight:
             land()
         trinity.device.synchronize()
+
+    def _receive_plan(self, metas: Sequence[TensorMeta], bucket_bytes: int) -> list[Bucket]:
+        """Return the bucket plan of ``metas`` once the sender's header confirms it is the plan being sent."""
+        buckets = plan_buckets(metas, bucket_bytes)
+        expected = plan_header(metas, buckets)
+        header = torch.empty(HEADER_LEN, dtype=torch.int64, device=self.device)
+        self._broadcast(header)
+        if not torch.equal(header.cpu(), expected):
+            raise WeightSyncError(
+                f"weight-sync rank {self.rank}: the sender broadcasts {int(header[0])} tensors in {int(header[1])} "
+                f"buckets but the metas given here describe {len(metas)} tensors in {len(buckets)} buckets; "
+                "sender and receivers must use the same metas and bucket_bytes"
+            )
+        return buckets
 
     def broadcast_tensor(self, tensor: torch.Tensor) -> None:
         """Broadcast one tensor in place from rank 0 (a raw collective, for benchmarks and small messages)."""
