@@ -14,6 +14,7 @@ import yaml
 
 from tests.e2e.test_run_both import job_config, records, run_cli
 from tests.faults.ledger import FaultLedger
+from tests.faults.operator_view import session_pids
 
 STEPS = 5
 
@@ -25,19 +26,6 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp("model") / "tiny")
 
 
-def _session_pids(session: int) -> list[int]:
-    """Return the live processes of the session ``session`` (the run's driver, its Ray cluster, workers)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[3]) == session and fields[0] != "Z":
-            pids.append(int(entry.name))
-    return pids
 
 
 def _config(tmp_path: Path, tiny_model: Path, save_on_stop: bool) -> Path:
@@ -73,9 +61,9 @@ def _terminate_after_step_2(config_file: Path, run_dir: Path, log: Path) -> None
         first.send_signal(signal.SIGTERM)  # the driver alone, as a scheduler or `timeout` sends it
         assert first.wait(120) == 143, log.read_text()[-3000:]
         deadline = time.monotonic() + 20
-        while _session_pids(first.pid) and time.monotonic() < deadline:
+        while session_pids(first.pid) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert _session_pids(first.pid) == [], "the run left processes of its own (its Ray cluster) behind"
+        assert session_pids(first.pid) == [], "the run left processes of its own (its Ray cluster) behind"
     finally:
         try:
             os.killpg(first.pid, signal.SIGKILL)
