@@ -105,6 +105,20 @@ def test_step_on_actor_engines_with_a_timeout_and_a_failure(
     assert torch.is_tensor(again.experiences[0].tokens)
 
 
+def _wait_until_dead(ray_module: Any, actor: Any, timeout_s: float = 30.0) -> None:
+    """Return once ``actor`` refuses calls (its process is gone); fail the test after ``timeout_s``."""
+    from ray.exceptions import RayActorError
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            ray_module.get(actor.model_version.remote(), timeout=5)
+        except RayActorError:
+            return
+        time.sleep(0.05)
+    pytest.fail(f"the killed actor still answered after {timeout_s} s")
+
+
 def test_no_attempt_goes_to_a_dead_engine_actor(ray_cluster: Any) -> None:
     """Two real actors serve the probe workflow; one is killed: every task and retry ends on the live one."""
 
@@ -120,6 +134,7 @@ def test_no_attempt_goes_to_a_dead_engine_actor(ray_cluster: Any) -> None:
     try:
         assert ray_cluster.get([a.model_version.remote() for a in actors]) == [0, 1]
         ray_cluster.kill(actors[0])
+        _wait_until_dead(ray_cluster, actors[0])  # ray.kill returns before the process is gone
         scheduler = Scheduler(actors, runners_per_engine=2, timeout=30, max_retries=1)
         result = scheduler.run(probe_tasks(6, "dead", work_s=0.05))
         assert not result.failures
