@@ -44,7 +44,10 @@ from trinity.common.models.checksum import state_dict_checksum, tied_alias_sourc
 from trinity.trainer.batching import Rows, count_units, row_count, slice_rows
 from trinity.trainer.checkpoint import CheckpointDir, read_state
 from trinity.trainer.models import (
+    accepts_logits_to_keep,
     device_mesh,
+    first_response_column,
+    fused_kernels_for,
     load_causal_lm,
     load_value_model,
     logprobs_and_entropy,
@@ -233,7 +236,8 @@ class FSDPWorker:
         if plan.kind == "sgd":
             optimizer = torch.optim.SGD(params, lr=plan.lr, weight_decay=plan.weight_decay)
         else:
-            optimizer = torch.optim.AdamW(params, lr=plan.lr, betas=plan.betas, weight_decay=plan.weight_decay)
+            optimizer = torch.optim.AdamW(params, lr=plan.lr, betas=plan.betas, weight_decay=plan.weight_decay,
+                                          fused=fused_kernels_for(params) or None)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(plan, self.total_steps))
         return optimizer, scheduler
 
@@ -263,15 +267,13 @@ class FSDPWorker:
             length = ids.shape[1] - 1
             actor_fields = [name for name in ("old_logprobs", "proximal_logprobs") if name in out]
             if actor_fields:
-                logits = self.actor(input_ids=ids, attention_mask=mask, use_cache=False).logits
-                logprobs, _ = self._head(logits, ids, self.temperature, False)
+                logprobs, _, _ = self._token_logprobs(self.actor, mb, False)
                 for name in actor_fields:
                     out[name][where, :length] = logprobs.float().cpu()
             if "ref_logprobs" in out:
                 if self.reference is None:
                     raise RuntimeError("ref_logprobs asked for, but this trainer has no reference model")
-                logits = self.reference(input_ids=ids, attention_mask=mask, use_cache=False).logits
-                logprobs, _ = self._head(logits, ids, self.temperature, False)
+                logprobs, _, _ = self._token_logprobs(self.reference, mb, False)
                 out["ref_logprobs"][where, :length] = logprobs.float().cpu()
             if "values" in out:
                 if self.critic is None:
@@ -339,9 +341,8 @@ class FSDPWorker:
         expert = mb["expert_mask"].bool() if plan.expert_rows else None
         step_metrics: dict[str, float] = {}
 
-        logits = self.actor(input_ids=mb["input_ids"], attention_mask=mb["attention_mask"], use_cache=False).logits
         with_entropy = plan.entropy_fn is not None and plan.entropy_fn != "none"
-        logprobs, entropy = self._head(logits, mb["input_ids"], self.temperature, with_entropy)
+        logprobs, entropy, logits = self._token_logprobs(self.actor, mb, with_entropy)
         inputs = PolicyLossInputs(
             logprobs=logprobs,
             response_mask=mask,
@@ -379,12 +380,36 @@ class FSDPWorker:
                 scaled = logits[:, :-1].detach()
                 if self.temperature != 1.0:
                     scaled = scaled / self.temperature
-                step_metrics["entropy"] = float(aggregate(entropy_from_logits(scaled), mask, "token-mean"))
+                kept = mask[:, mask.shape[1] - scaled.shape[1]:]
+                step_metrics["entropy"] = float(aggregate(entropy_from_logits(scaled), kept, "token-mean"))
         if not total.requires_grad:  # every rank must run backward: FSDP reduces gradients collectively
             total = total + logits.sum() * 0.0
         torch.autograd.backward(total)
         acc.add(step_metrics, tokens)
         return float(total.detach()) / world
+
+    def _token_logprobs(self, model: nn.Module, mb: Rows, with_entropy: bool
+                        ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """Forward ``model`` on the micro-batch; return ``[B, T-1]`` token log-probs (and entropies) and the logits.
+
+        Only positions from the first response token on are computed past the
+        model body (its LM head, the log-softmax, the entropy): the earlier
+        ones are prompt positions that no loss reads, and come back as zeros.
+        The logits returned are those kept positions only (``[B, K, V]``).
+        """
+        ids = mb["input_ids"]
+        start = first_response_column(mb["response_mask"])
+        kwargs: dict[str, Any] = {}
+        if start and accepts_logits_to_keep(model):
+            kwargs["logits_to_keep"] = ids.shape[1] - start
+        logits = model(input_ids=ids, attention_mask=mb["attention_mask"], use_cache=False, **kwargs).logits
+        logits = logits[:, logits.shape[1] - (ids.shape[1] - start):]
+        logprobs, entropy = self._head(logits, ids[:, start:], self.temperature, with_entropy)
+        if start:
+            logprobs = torch.nn.functional.pad(logprobs, (start, 0))
+            if entropy is not None:
+                entropy = torch.nn.functional.pad(entropy, (start, 0))
+        return logprobs, entropy, logits
 
     def _share(self, mask: torch.Tensor, units: dict[str, int], part: str, rows: torch.Tensor) -> float:
         """Return this micro-batch's share of the step's ``part`` (``usual``/``expert``) loss units."""

@@ -1,0 +1,71 @@
+"""The trainer computes the LM head, log-softmax and entropy from the first response position on, and steps
+AdamW with torch's fused kernels where torch has them: same numbers as the full computation, less work."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from tests.trainer.support import make_experiences, make_trainer_plan
+from trinity.algorithm import entropy_from_logits
+from trinity.common.experience import make_batch
+from trinity.trainer.batching import batch_rows
+from trinity.trainer.models import accepts_logits_to_keep, first_response_column, fused_kernels_for
+from trinity.trainer.trainer import FSDPTrainer
+
+
+@pytest.fixture(scope="module")
+def trainer(ray_local: Any, tiny_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    plan = make_trainer_plan(tiny_path, tmp_path_factory.mktemp("window"), "grpo", world_size=1, micro_batch_size=8,
+                             **{"algorithm.kl_loss_fn": "none"})
+    trainer = FSDPTrainer(plan, world_size=1, in_process=True)
+    yield trainer
+    trainer.shutdown()
+
+
+def test_first_response_column_is_the_earliest_trained_position() -> None:
+    mask = torch.zeros(3, 10)
+    mask[0, 6:9] = 1
+    mask[1, 4:7] = 1
+    assert first_response_column(mask) == 4
+    assert first_response_column(torch.zeros(2, 5)) == 0
+
+
+def test_window_log_probs_equal_the_full_forward_and_the_head_sees_only_the_window(trainer: Any) -> None:
+    worker = trainer.workers[0]
+    experiences = make_experiences(groups=3, group_size=2, seed=3)  # prompts of 4, 5, 6 tokens
+    rows = batch_rows(make_batch(experiences, trainer.pad_token_id))
+    start = first_response_column(rows["response_mask"])
+    assert start == 3 and accepts_logits_to_keep(worker.actor)
+
+    with torch.no_grad():
+        logprobs, entropy, logits = worker._token_logprobs(worker.actor, rows, True)
+        full = worker.actor(input_ids=rows["input_ids"], attention_mask=rows["attention_mask"]).logits
+    width = rows["input_ids"].shape[1]
+    assert logits.shape[1] == width - start  # the LM head ran on the window only
+    mask = rows["response_mask"].bool()
+    expected = torch.log_softmax(full[:, :-1], dim=-1).gather(-1, rows["input_ids"][:, 1:, None]).squeeze(-1)
+    assert entropy is not None and logprobs.shape == entropy.shape == expected.shape
+    torch.testing.assert_close(logprobs[mask], expected[mask], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(entropy[mask], entropy_from_logits(full[:, :-1])[mask], rtol=1e-5, atol=1e-5)
+    assert not logprobs[:, :start].any() and not entropy[:, :start].any()
+
+
+def test_a_model_without_logits_to_keep_gets_the_full_forward() -> None:
+    class Plain(nn.Module):
+        def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+            return input_ids
+
+    assert not accepts_logits_to_keep(Plain())
+
+
+def test_adamw_uses_fused_kernels_where_torch_has_them(trainer: Any) -> None:
+    worker = trainer.workers[0]
+    assert worker.optimizer.defaults["fused"] is True  # torch lists the CPU
+    assert fused_kernels_for([nn.Parameter(torch.zeros(2))])
+    assert not fused_kernels_for([nn.Parameter(torch.zeros(2, dtype=torch.long), requires_grad=False)])
+    assert not fused_kernels_for([])
