@@ -194,3 +194,19 @@ def test_stages_replace_whole_sections_and_run_in_their_own_folder() -> None:
     assert first.trainer.save_hf_checkpoint == "last" and config.trainer.save_hf_checkpoint == "last"
     assert first.source.is_set("algorithm.algorithm_type") and not first.source.is_set("algorithm.optimizer.lr")
     assert config.stages and config.name == "run"  # the user's config is not rewritten
+
+
+def test_the_hf_engine_batch_fits_a_step_unless_set() -> None:
+    def batch(**overrides: object) -> int:
+        return make_plan(overrides).explorer.rollout.max_batch_size
+
+    # a step's rows per engine, so one generate call serves the step
+    assert batch(**{"buffer.batch_size": 8, "algorithm.repeat_times": 16}) == 128
+    assert batch(**{"buffer.batch_size": 8, "algorithm.repeat_times": 16,
+                    "explorer.rollout_model.engine_num": 2, "cluster.gpu_per_node": 3}) == 64
+    assert batch(**{"buffer.batch_size": 2, "algorithm.repeat_times": 3}) == 32  # at least 32: evaluation batches
+    assert batch(**{"buffer.batch_size": 64, "algorithm.repeat_times": 16}) == 256  # bounded
+    assert batch(**{"buffer.batch_size": 8, "algorithm.repeat_times": 16,
+                    "explorer.rollout_model.max_batch_size": 24}) == 24
+    with pytest.raises(ConfigError, match=r"explorer\.rollout_model\.max_batch_size: must be positive"):
+        make_plan({"explorer.rollout_model.max_batch_size": 0})

@@ -54,7 +54,6 @@ def check_rules(config: Config) -> None:
         "algorithm.repeat_times": config.algorithm.repeat_times,
         "explorer.rollout_model.engine_num": rollout.engine_num,
         "explorer.rollout_model.tensor_parallel_size": rollout.tensor_parallel_size,
-        "explorer.rollout_model.max_batch_size": rollout.max_batch_size,
         "explorer.runner_per_model": config.explorer.runner_per_model,
         "explorer.max_timeout": config.explorer.max_timeout,
         "synchronizer.sync_interval": config.synchronizer.sync_interval,
@@ -64,6 +63,8 @@ def check_rules(config: Config) -> None:
         "cluster.cpus_per_bundle": config.cluster.cpus_per_bundle,
         "trainer.ulysses_sequence_parallel_size": config.trainer.ulysses_sequence_parallel_size,
     }
+    if rollout.max_batch_size is not None:
+        positive["explorer.rollout_model.max_batch_size"] = rollout.max_batch_size
     for path, value in positive.items():
         if value <= 0:
             raise ConfigError(f"{path}: must be positive, got {value:g}")

@@ -88,7 +88,18 @@ class ExplorerPlan:
     max_engine_restarts: int = 3
 
 
-def _engine(spec: InferenceModelConfig, model: ModelPlan, *, name: str, model_path: str, where: str) -> EnginePlan:
+#: Bounds of the hf engine's rows per generate call when ``max_batch_size`` is left to fit the step.
+AUTO_BATCH_ROWS = (32, 256)
+
+
+def step_batch_rows(step_rows: int, engine_num: int) -> int:
+    """Return the hf engine batch that serves a training step's rows in one generate call per engine (bounded)."""
+    low, high = AUTO_BATCH_ROWS
+    return max(low, min(high, -(-step_rows // max(1, engine_num))))
+
+
+def _engine(spec: InferenceModelConfig, model: ModelPlan, *, name: str, model_path: str, where: str,
+            step_rows: int) -> EnginePlan:
     dtype = DTYPES.get(spec.dtype.strip().lower())
     if dtype is None:
         raise ConfigError(f"{where}.dtype: {spec.dtype!r} is not one of {', '.join(sorted(set(DTYPES)))}")
@@ -109,7 +120,9 @@ def _engine(spec: InferenceModelConfig, model: ModelPlan, *, name: str, model_pa
         max_prompt_tokens=prompt, max_response_tokens=response,
         gpu_memory_utilization=spec.gpu_memory_utilization, enforce_eager=spec.enforce_eager,
         enable_prefix_caching=spec.enable_prefix_caching, enable_chunked_prefill=spec.enable_chunked_prefill,
-        max_batch_size=spec.max_batch_size,
+        max_batch_size=(
+            spec.max_batch_size if spec.max_batch_size is not None else step_batch_rows(step_rows, spec.engine_num)
+        ),
         chat_template=spec.chat_template if spec.chat_template is not None else model.chat_template,
         ignore_eos=spec.ignore_eos, trust_remote_code=spec.trust_remote_code or model.trust_remote_code,
     )
@@ -123,7 +136,9 @@ def resolve_explorer(config: Config, model: ModelPlan) -> ExplorerPlan:
         raise ConfigError(
             "explorer.rollout_model.model_path: the rollout model always serves model.model_path; remove it"
         )
-    rollout = _engine(rollout_spec, model, name="rollout", model_path=model.path, where="explorer.rollout_model")
+    step_rows = config.buffer.batch_size * config.algorithm.repeat_times
+    rollout = _engine(rollout_spec, model, name="rollout", model_path=model.path, where="explorer.rollout_model",
+                      step_rows=step_rows)
     auxiliary = []
     names: set[str] = set()
     for index, spec in enumerate(explorer.auxiliary_models):
@@ -134,7 +149,8 @@ def resolve_explorer(config: Config, model: ModelPlan) -> ExplorerPlan:
         if name in names:
             raise ConfigError(f"{where}.name: {name!r} is used twice; give each auxiliary model its own name")
         names.add(name)
-        auxiliary.append(_engine(spec, model, name=name, model_path=spec.model_path, where=where))
+        auxiliary.append(_engine(spec, model, name=name, model_path=spec.model_path, where=where,
+                                 step_rows=step_rows))
     if explorer.max_repeat_times_per_runner is not None and explorer.max_repeat_times_per_runner < 1:
         raise ConfigError("explorer.max_repeat_times_per_runner: must be at least 1 (or unset)")
     over = explorer.over_rollout

@@ -76,8 +76,9 @@ class InferenceModelConfig:
     tool_call_parser: str | None = refused(None, _AGENTIC)
     #: Reasoning parser of the API.
     reasoning_parser: str | None = refused(None, _AGENTIC)
-    #: (trinity-rft) hf engine: rows per generate call at most.
-    max_batch_size: int = 32
+    #: (trinity-rft) hf engine: rows per generate call at most; null (default): a training step's rows per engine
+    #: (``buffer.batch_size * algorithm.repeat_times / engine_num``), at least 32 and at most 256.
+    max_batch_size: int | None = None
 
 
 @dataclass
