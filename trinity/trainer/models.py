@@ -6,7 +6,6 @@ come from :mod:`trinity.device`.
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import torch
@@ -155,17 +154,20 @@ def first_response_column(response_mask: torch.Tensor) -> int:
 
 def accepts_logits_to_keep(model: nn.Module) -> bool:
     """Whether ``model``'s forward takes ``logits_to_keep`` (compute the LM head on the last positions only)."""
-    return _forward_takes(type(model), "logits_to_keep")
+    cls = type(model)
+    known = _TAKES_LOGITS_TO_KEEP.get(cls)
+    if known is None:
+        import inspect
+
+        try:
+            known = "logits_to_keep" in inspect.signature(cls.forward).parameters
+        except (TypeError, ValueError):
+            known = False
+        _TAKES_LOGITS_TO_KEEP[cls] = known
+    return known
 
 
-@functools.cache
-def _forward_takes(cls: type, name: str) -> bool:
-    import inspect
-
-    try:
-        return name in inspect.signature(cls.forward).parameters
-    except (TypeError, ValueError):
-        return False
+_TAKES_LOGITS_TO_KEEP: dict[type, bool] = {}
 
 
 def fused_kernels_for(params: list[nn.Parameter]) -> bool:
