@@ -1,4 +1,7 @@
-"""The Ray-actor queue storage, on a real local Ray cluster."""
+"""The queue storages: the Ray actor queue on a real local Ray cluster, and the in-process queue of mode both.
+
+Both follow the same rules; each behaviour test runs on both.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import ray
@@ -14,6 +18,7 @@ import torch
 from tests.buffer.factories import ids, make_exp, make_group, storage_plan
 from trinity.buffer import (
     BufferExhaustedError,
+    LocalQueueStorage,
     QueueStorage,
     StorageClosedError,
     StorageError,
@@ -26,8 +31,16 @@ from trinity.buffer.storage.base import ExperienceStorage
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
 
+@pytest.fixture(params=["ray", "in-process"])
+def queue(request: pytest.FixtureRequest) -> Iterator[QueueStorage]:
+    name = f"q-{uuid.uuid4().hex[:8]}"
+    storage = QueueStorage(name, capacity=6) if request.param == "ray" else LocalQueueStorage(name, capacity=6)
+    yield storage  # type: ignore[misc]
+    storage.release()
+
+
 @pytest.fixture
-def queue() -> Iterator[QueueStorage]:
+def ray_queue() -> Iterator[QueueStorage]:
     storage = QueueStorage(f"q-{uuid.uuid4().hex[:8]}", capacity=6)
     yield storage
     storage.release()
@@ -114,18 +127,36 @@ def remote_writer(storage: ExperienceStorage, group: str, size: int) -> int:
     return storage.size()
 
 
-def test_storage_object_travels_to_other_ray_workers(queue: QueueStorage) -> None:
-    ray.get([remote_writer.remote(queue, "w1", 2), remote_writer.remote(queue, "w2", 2)])
-    got = queue.get(4, timeout=10)
+def test_storage_object_travels_to_other_ray_workers(ray_queue: QueueStorage) -> None:
+    ray.get([remote_writer.remote(ray_queue, "w1", 2), remote_writer.remote(ray_queue, "w2", 2)])
+    got = ray_queue.get(4, timeout=10)
     assert sorted(ids(got)) == [("w1", 0), ("w1", 1), ("w2", 0), ("w2", 1)]
     # each put is atomic: the two members of each group are adjacent
     assert got[0].group_id == got[1].group_id and got[2].group_id == got[3].group_id
 
 
-def test_same_name_attaches_to_the_same_queue(queue: QueueStorage) -> None:
-    other = QueueStorage(queue.name)
+def test_same_name_attaches_to_the_same_queue(ray_queue: QueueStorage) -> None:
+    other = QueueStorage(ray_queue.name)
     other.put([make_exp("shared", 0)])
-    assert ids(queue.get(1, timeout=5)) == [("shared", 0)]
+    assert ids(ray_queue.get(1, timeout=5)) == [("shared", 0)]
+
+
+def test_the_in_process_queue_hands_over_the_objects_and_refuses_to_leave_its_process(tmp_path: Path) -> None:
+    storage = make_storage(storage_plan(name="local", storage_type="queue", capacity=2), in_process=True)
+    assert isinstance(storage, LocalQueueStorage) and storage.capacity == 2
+    group = make_group("a", 2)
+    storage.put(group)
+    assert all(got is sent for got, sent in zip(storage.get(2), group, strict=True))  # no copy on the way
+    with pytest.raises(TypeError, match="lives in the process that made it"):
+        ray.put(storage)
+    with pytest.raises(StorageError, match="capacity must be 0"):
+        LocalQueueStorage("bad", capacity=-1)
+    # any other storage type is what it is in any process
+    sql = make_storage(storage_plan(name="s", storage_type="sql"), run_dir=tmp_path, in_process=True)
+    try:
+        assert sql.storage_type == "sqlite"
+    finally:
+        sql.release()
 
 
 def test_make_storage_builds_a_queue_and_rejects_bad_capacity() -> None:

@@ -37,6 +37,7 @@ __getattr__, __dir__ = lazy_exports(__name__, {
     "STORAGES": "storage",
     "ExperienceStorage": "storage",
     "JsonlStorage": "storage",
+    "LocalQueueStorage": "storage",
     "QueueStorage": "storage",
     "SQLiteStorage": "storage",
     "make_storage": "storage",

@@ -91,7 +91,8 @@ def run_both(session: Session) -> None:
         engines = start_engines(session, placement)
         stack.callback(engines.shutdown)
         write_device_record(session, trainer, engines)
-        storage = make_storage(plan.buffer.experience, run_dir=session.run_dir)
+        # the explorer and the trainer are threads of this process: the queue needs no actor in between
+        storage = make_storage(plan.buffer.experience, run_dir=session.run_dir, in_process=True)
         stack.callback(storage.close)
         pipeline = pipeline_for(session, storage, trainer.pad_token_id, recorder_for(session))
         stack.callback(pipeline.close)
