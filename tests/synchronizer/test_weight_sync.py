@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -204,3 +206,60 @@ def test_ranks_are_checked_and_a_closed_group_refuses() -> None:
     alone.close()
     with pytest.raises(WeightSyncError, match="closed"):
         alone.broadcast_state_dict({"x": torch.ones(2)}, BUCKET)
+
+
+def test_a_streamed_broadcast_takes_tensors_only_as_buckets_need_them() -> None:
+    """``broadcast_stream`` sends what ``broadcast_state_dict`` sends, from a generator it pulls lazily (mixed
+    dtypes: the buckets visit tensors out of order), holds no more tensors than the buckets being packed need,
+    runs the generator to its end, and refuses a stream shorter than its metas."""
+    import threading
+
+    state = mixed_state_dict()
+    names = list(state)
+    group = info(2, "stream")
+    members: dict[int, WeightSyncGroup] = {}
+
+    def build(rank: int) -> None:
+        members[rank] = WeightSyncGroup.create(group) if rank == 0 else WeightSyncGroup.join(group, rank)
+
+    threads = [threading.Thread(target=build, args=(rank,)) for rank in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    metas = state_dict_metas(state)
+    pulled: list[str] = []
+    alive: list[int] = []
+    live = 0
+
+    def produce(extra: int = 0) -> Iterator[torch.Tensor]:
+        """Yield the tensors, counting those still referenced (a finaliser runs when the sender lets go)."""
+        nonlocal live
+        for name in [*names, *["after"] * extra]:
+            pulled.append(name)
+            tensor = state[name].clone() if name in state else torch.zeros(1)
+            live += 1
+            alive.append(live)
+
+            def gone() -> None:
+                nonlocal live
+                live -= 1
+
+            weakref.finalize(tensor, gone)
+            yield tensor
+
+    received: dict[str, torch.Tensor] = {}
+    receiver = threading.Thread(target=lambda: received.update(members[1].receive_state_dict(metas, BUCKET)))
+    receiver.start()
+    members[0].broadcast_stream(metas, produce(extra=2), BUCKET)
+    receiver.join(30)
+    assert pulled == [*names, "after", "after"]  # every item taken, the ones past the metas too
+    assert max(alive) < len(names)  # never the whole state dict at once
+    for name, tensor in state.items():
+        assert torch.equal(received[name], tensor), name
+    for member in members.values():
+        member.close()
+    alone = WeightSyncGroup.create(WeightSyncGroupInfo("127.0.0.1", find_free_port(), 1, 1, "short", "gloo", 10.0))
+    with pytest.raises(WeightSyncError, match="the weight stream ended after 2 tensors; its metas list 8"):
+        alone.broadcast_stream(metas, (state[n] for n in names[:2]), BUCKET)
+    alone.close()

@@ -151,6 +151,18 @@ def test_sync_from_the_trainer_into_an_engine(grpo: dict[str, Any], tiny_path: P
         assert report.bytes == expected_bytes
 
 
+def test_two_ranks_stream_the_broadcast_with_the_metas_of_the_full_gather(grpo: dict[str, Any]) -> None:
+    """With two ranks an online sync gathers nothing up front: the metas come from the shards' full shapes and
+    each tensor is gathered as its bucket is sent (the sync test above checks the weights that arrive)."""
+    trainer: FSDPTrainer = grpo["trainer"]
+    assert trainer.world_size == 2
+    gathered = trainer._on_all("gather_weights")
+    streamed = trainer._on_all("gather_weights", True)
+    assert streamed[1] is None and gathered[1] is None
+    assert streamed[0] == gathered[0] and "lm_head.weight" not in {m.name for m in streamed[0]}
+    trainer._on_all("gather_weights")  # leaves no stream pending on any rank
+
+
 def test_sync_from_the_trainer_into_a_tensor_parallel_vllm_engine(
     grpo: dict[str, Any], tiny_path: Path, tmp_path: Path
 ) -> None:

@@ -279,8 +279,10 @@ class Synchronizer:
         setup_seconds = self._setup(started) if self.method.kind == "collective" else 0.0
         deadline = started + self.config.timeout
         gather_started = time.monotonic()
+        # a broadcast from two or more ranks streams: each tensor is gathered from the shards as it is sent
+        stream = self.method.kind == "collective" and len(self.trainer_ranks) > 1
         gathered = self._calls.wait(
-            [self._calls.start(r, "gather_weights") for r in self.trainer_ranks],
+            [self._calls.start(r, "gather_weights", *((True,) if stream else ())) for r in self.trainer_ranks],
             deadline,
             "gathering the full state dict on the trainer ranks",
         )
@@ -292,8 +294,9 @@ class Synchronizer:
             receiving = [
                 self._calls.start(e, "receive_weights", metas, version, self.bucket_bytes) for e in self.engines
             ]
-            sending = self._calls.start(rank0, "broadcast_weights", self.bucket_bytes)
-            self._calls.wait([sending, *receiving], deadline, "broadcasting the weights to the engines")
+            senders = self.trainer_ranks if stream else [rank0]
+            sending = [self._calls.start(r, "broadcast_weights", self.bucket_bytes) for r in senders]
+            self._calls.wait([*sending, *receiving], deadline, "broadcasting the weights to the engines")
         elif self.method.kind == "checkpoint":
             assert self.checkpoint_path is not None
             folder = str(self.checkpoint_path)

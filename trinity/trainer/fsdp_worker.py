@@ -22,7 +22,7 @@ import math
 import os
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -55,6 +55,7 @@ from trinity.trainer.models import (
     torch_dtype,
 )
 from trinity.trainer.plan import TrainingPlan
+from trinity.weight_transport.buckets import dtype_name
 from trinity.weight_transport.protocol import TensorMeta, WeightSyncGroupInfo
 
 logger = logging.getLogger(__name__)
@@ -138,6 +139,9 @@ class FSDPWorker:
         self.compute_dtype = torch_dtype(self.dtype_name)
         self.attention = trinity.device.attention_implementation(self.dtype_name).implementation
         self._sync_state: dict[str, torch.Tensor] | None = None
+        #: ``gather_weights(stream=True)`` with two or more ranks: the sharded tensors to gather, and their metas.
+        self._stream_entries: list[tuple[str, torch.Tensor]] | None = None
+        self._stream_metas: list[TensorMeta] = []
         self._weight_sync: Any = None
         self._ready = False
         #: This rank's device on its node (claimed, or Ray's), masked before the device runtime starts.
@@ -602,26 +606,71 @@ class FSDPWorker:
             self._weight_sync.close()
         self._weight_sync = WeightSyncGroup.create(info)
 
-    def gather_weights(self) -> list[TensorMeta] | None:
+    def gather_weights(self, stream: bool = False) -> list[TensorMeta] | None:
         """Gather the full weights for a sync (collective); rank 0 keeps them and returns their metas.
 
         A tied parameter's second name (``lm_head.weight`` tied to the input
         embedding) is left out: it is the same tensor, and the engines, built
         from the same model folder, tie it as well.
+
+        ``stream`` (a broadcast follows, on every rank): with two or more ranks
+        nothing is gathered yet; the metas come from the sharded parameters'
+        full shapes, and :meth:`broadcast_weights` gathers one tensor at a time
+        as its bucket is packed, so no rank ever holds the whole model.
         """
         from trinity.weight_transport.buckets import state_dict_metas
 
+        self._check_ready()
+        aliases = self._tied_aliases()  # the engines tie them too: the first name carries the tensor
+        if stream and self.world_size > 1:
+            self._stream_entries = [
+                (name, value) for name, value in self.actor.state_dict().items() if name not in aliases
+            ]
+            metas = [
+                TensorMeta(name, dtype_name(self._export_dtype_of(value)), tuple(int(n) for n in value.shape))
+                for name, value in self._stream_entries
+            ]
+            self._stream_metas = metas
+            return metas if self.rank == 0 else None
+        self._stream_entries = None
         state = self.full_state_dict(copy=False)  # sent (or stored) before the next update changes them
         if self.rank != 0:
             return None
-        aliases = self._tied_aliases()  # the engines tie them too: the first name carries the tensor
         self._sync_state = {name: value for name, value in state.items() if name not in aliases}
         return state_dict_metas(self._sync_state)
 
-    def broadcast_weights(self, bucket_bytes: int) -> int:
-        """Rank 0: broadcast the gathered weights to the engines; return the bytes sent."""
-        from trinity.weight_transport.buckets import state_dict_bytes
+    def _export_dtype_of(self, value: torch.Tensor) -> torch.dtype:
+        return self.compute_dtype if value.is_floating_point() else value.dtype
 
+    def _gathered_tensors(self, entries: list[tuple[str, torch.Tensor]]) -> Iterator[torch.Tensor]:
+        """Yield each entry's full tensor in the export dtype, gathering a sharded one (collective, in order)."""
+        from torch.distributed.tensor import DTensor
+
+        for _name, value in entries:
+            full = value.full_tensor() if isinstance(value, DTensor) else value
+            full = full.detach()
+            wanted = self._export_dtype_of(full)
+            yield full if full.dtype == wanted else full.to(wanted)
+
+    def broadcast_weights(self, bucket_bytes: int) -> int:
+        """Broadcast the gathered weights to the engines; return the bytes sent (0 on ranks other than 0).
+
+        After ``gather_weights(stream=True)`` every rank calls this (each
+        tensor is gathered from the shards as rank 0 packs it); otherwise rank 0 only.
+        """
+        from trinity.weight_transport.buckets import metas_bytes, state_dict_bytes
+
+        entries, self._stream_entries = self._stream_entries, None
+        if entries is not None:
+            tensors = self._gathered_tensors(entries)
+            if self.rank != 0:
+                for _ in tensors:  # the gathers rank 0's stream takes part in
+                    pass
+                return 0
+            if self._weight_sync is None:
+                raise RuntimeError("init_weight_sync was not called on trainer rank 0")
+            self._weight_sync.broadcast_stream(self._stream_metas, tensors, bucket_bytes)
+            return metas_bytes(self._stream_metas)
         state = self._take_sync_state()
         if self._weight_sync is None:
             raise RuntimeError("init_weight_sync was not called on trainer rank 0")

@@ -30,7 +30,7 @@ import datetime
 import logging
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -53,6 +53,49 @@ logger = logging.getLogger(__name__)
 IN_FLIGHT = 2
 #: Staging buffers of a receiver loading in place (:meth:`WeightSyncGroup.receive_into`): one bucket at most.
 RECEIVE_STAGING = 1
+
+
+class _TensorStream:
+    """Tensors of a :meth:`WeightSyncGroup.broadcast_stream`, taken from an iterator as buckets need them."""
+
+    def __init__(self, tensors: Iterator[torch.Tensor], metas: Sequence[TensorMeta], buckets: Sequence[Bucket]) -> None:
+        self.tensors = tensors
+        self.metas = metas
+        self.taken = 0
+        self.held: dict[int, torch.Tensor] = {}
+        #: Per bucket number, the tensors it is the last bucket of.
+        self.last_of: dict[int, list[int]] = {}
+        last: dict[int, int] = {}
+        for number, bucket in enumerate(buckets):
+            for piece in bucket.slices:
+                last[piece.index] = number
+        for index, number in last.items():
+            self.last_of.setdefault(number, []).append(index)
+
+    def flat(self, index: int) -> torch.Tensor:
+        """Return tensor ``index`` flattened, taking tensors from the iterator up to it."""
+        while index not in self.held:
+            if self.taken >= len(self.metas):
+                raise WeightSyncError(f"tensor {index} was asked for, but the stream has {len(self.metas)}")
+            tensor = next(self.tensors, None)
+            if tensor is None:
+                raise WeightSyncError(
+                    f"the weight stream ended after {self.taken} tensors; its metas list {len(self.metas)}"
+                )
+            self.held[self.taken] = tensor.detach().reshape(-1)
+            self.taken += 1
+        return self.held[index]
+
+    def release_after(self, bucket: int) -> None:
+        """Let go of the tensors whose last bucket is ``bucket``."""
+        for index in self.last_of.get(bucket, ()):
+            self.held.pop(index, None)
+
+    def drain(self) -> None:
+        """Run the iterator to its end (its items may be collectives other processes wait in)."""
+        self.held.clear()
+        for _ in self.tensors:
+            pass
 
 
 def _direct_view(bucket: Bucket, targets: Sequence[torch.Tensor], device: torch.device) -> torch.Tensor | None:
@@ -157,30 +200,54 @@ class WeightSyncGroup:
         is one piece of one tensor already on the group's device is sent
         without a copy.
         """
+        metas = state_dict_metas(state_dict)
+        flats = [t.detach().reshape(-1) for t in state_dict.values()]
+        self._send(metas, bucket_bytes, flats.__getitem__, lambda _bucket: None)
+        return metas
+
+    def broadcast_stream(self, metas: Sequence[TensorMeta], tensors: Iterable[torch.Tensor], bucket_bytes: int) -> None:
+        """Broadcast the tensors ``tensors`` yields (one per meta, in order) as :meth:`broadcast_state_dict` would.
+
+        A tensor is taken from ``tensors`` only when a bucket needs it and let
+        go once its last bucket is packed, so the sender never holds the whole
+        state dict: ``tensors`` can gather each one from shards as it is asked
+        for. ``tensors`` is run to its end even past the last bucket (each
+        item may be a collective the caller's peers take part in). Raises
+        WeightSyncError when it yields fewer tensors than ``metas``.
+        """
+        stream = _TensorStream(iter(tensors), metas, plan_buckets(metas, bucket_bytes))
+        try:
+            self._send(metas, bucket_bytes, stream.flat, stream.release_after)
+        finally:
+            stream.drain()
+
+    def _send(self, metas: Sequence[TensorMeta], bucket_bytes: int, flat: Callable[[int], torch.Tensor],
+              packed: Callable[[int], None]) -> None:
+        """Rank 0: broadcast the header and the buckets of ``metas``; ``flat(i)`` gives tensor ``i`` flattened,
+        ``packed(b)`` is called once bucket ``b`` no longer needs its tensors."""
         self._check_open()
         if self.rank != 0:
             raise WeightSyncError(f"only rank 0 broadcasts weights; this member is rank {self.rank}")
-        metas = state_dict_metas(state_dict)
         buckets = plan_buckets(metas, bucket_bytes)
         self._broadcast(plan_header(metas, buckets).to(self.device))
-        flats = [t.detach().reshape(-1) for t in state_dict.values()]
         largest = max((b.nbytes for b in buckets), default=0)
         if self._staging and self._staging[0].numel() < largest:
             self._staging = []
         free: list[torch.Tensor] = list(self._staging)
         allocated = len(free)
-        in_flight: deque[tuple[Any, torch.Tensor | None]] = deque()
+        # (work, staging buffer to reuse or None, the tensor sent: kept alive until its broadcast is done)
+        in_flight: deque[tuple[Any, torch.Tensor | None, torch.Tensor]] = deque()
 
         def retire() -> None:
-            work, held = in_flight.popleft()
+            work, held, _sent = in_flight.popleft()
             work.wait()
             if held is not None:
                 free.append(held)
 
-        for bucket in buckets:
+        for number, bucket in enumerate(buckets):
             while len(in_flight) >= IN_FLIGHT:
                 retire()
-            pieces = [flats[s.index][s.start : s.stop] for s in bucket.slices]
+            pieces = [flat(s.index)[s.start : s.stop] for s in bucket.slices]
             held: torch.Tensor | None = None
             if len(pieces) == 1:
                 buffer = pieces[0].to(self.device)
@@ -198,12 +265,13 @@ class WeightSyncGroup:
                     torch.cat(pieces, out=buffer)
                 else:
                     buffer.copy_(torch.cat(pieces))
+            del pieces
+            packed(number)
             trinity.device.synchronize()
-            in_flight.append((self._pg.broadcast(buffer, 0), held))
+            in_flight.append((self._pg.broadcast(buffer, 0), held, buffer))
         while in_flight:
             retire()
         trinity.device.synchronize()
-        return metas
 
     def receive_state_dict(
         self, metas: Sequence[TensorMeta], bucket_bytes: int, device: torch.device | str | None = None
