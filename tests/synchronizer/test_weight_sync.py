@@ -263,3 +263,33 @@ def test_a_streamed_broadcast_takes_tensors_only_as_buckets_need_them() -> None:
     with pytest.raises(WeightSyncError, match="the weight stream ended after 2 tensors; its metas list 8"):
         alone.broadcast_stream(metas, (state[n] for n in names[:2]), BUCKET)
     alone.close()
+
+
+def test_a_receiver_can_take_the_broadcast_one_tensor_at_a_time() -> None:
+    """``receive_stream`` yields every tensor once it is whole (split ones assembled across buckets, empty ones
+    too), as tensors of their own that stay valid after later buckets reuse the staging buffer."""
+    import threading
+
+    state = mixed_state_dict()
+    group = info(2, "receive-stream")
+    members: dict[int, WeightSyncGroup] = {}
+
+    def build(rank: int) -> None:
+        members[rank] = WeightSyncGroup.create(group) if rank == 0 else WeightSyncGroup.join(group, rank)
+
+    threads = [threading.Thread(target=build, args=(rank,)) for rank in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    metas = state_dict_metas(state)
+    got: list[tuple[str, torch.Tensor]] = []
+    receiver = threading.Thread(target=lambda: got.extend(members[1].receive_stream(metas, BUCKET, "cpu")))
+    receiver.start()
+    members[0].broadcast_state_dict(state, BUCKET)
+    receiver.join(30)
+    assert sorted(name for name, _ in got) == sorted(state)  # each once
+    for name, tensor in got:
+        assert tensor.dtype == state[name].dtype and torch.equal(tensor, state[name]), name
+    for member in members.values():
+        member.close()

@@ -381,6 +381,52 @@ class WeightSyncGroup:
             land()
         trinity.device.synchronize()
 
+    def receive_stream(
+        self, metas: Sequence[TensorMeta], bucket_bytes: int, device: torch.device | str | None = None
+    ) -> Iterator[tuple[str, torch.Tensor]]:
+        """Receive the broadcast of ``metas`` bucket by bucket, yielding ``(name, tensor)`` as each tensor completes.
+
+        For loaders that take weights one at a time (vLLM's ``load_weights``):
+        no buffer of the whole state dict is made. A bucket lands in one
+        staging buffer (the largest bucket's size); a tensor that lies whole in
+        it is yielded as a copy on ``device`` (default: the group's device), a
+        tensor split across buckets is assembled in a buffer of its own and
+        yielded when its last piece arrives. So the memory a sync adds stays
+        within one bucket plus the largest tensor, and the caller may keep
+        what it is given. Tensors come in bucket order (per dtype), not in
+        ``metas`` order. The generator must be run to its end: the broadcast
+        is a collective. Raises :class:`WeightSyncError` like :meth:`receive_state_dict`.
+        """
+        self._check_open()
+        if self.rank == 0:
+            raise WeightSyncError("rank 0 is the sender; it cannot receive weights")
+        target = torch.device(device) if device is not None else self.device
+        buckets = self._receive_plan(metas, bucket_bytes)
+        staging = torch.empty(max((b.nbytes for b in buckets), default=0), dtype=torch.uint8, device=self.device)
+        partial: dict[int, torch.Tensor] = {}
+        trinity.device.synchronize()
+        for bucket in buckets:
+            flat = staging[: bucket.nbytes].view(dtype_from_name(bucket.dtype))
+            self._pg.broadcast(flat, 0).wait()
+            trinity.device.synchronize()
+            for piece in bucket.slices:
+                meta = metas[piece.index]
+                total = numel_of(meta.shape)
+                received = flat[piece.offset : piece.offset + piece.stop - piece.start]
+                if piece.start == 0 and piece.stop == total:
+                    yield meta.name, received.to(target, copy=True).view(meta.shape)
+                    continue
+                whole = partial.get(piece.index)
+                if whole is None:
+                    whole = partial[piece.index] = torch.empty(total, dtype=flat.dtype, device=target)
+                whole[piece.start : piece.stop].copy_(received)
+                if piece.stop == total:
+                    del partial[piece.index]
+                    yield meta.name, whole.view(meta.shape)
+        for meta in metas:  # zero-size tensors are in no bucket
+            if numel_of(meta.shape) == 0:
+                yield meta.name, torch.empty(meta.shape, dtype=dtype_from_name(meta.dtype), device=target)
+
     def _receive_plan(self, metas: Sequence[TensorMeta], bucket_bytes: int) -> list[Bucket]:
         """Return the bucket plan of ``metas`` once the sender's header confirms it is the plan being sent."""
         buckets = plan_buckets(metas, bucket_bytes)

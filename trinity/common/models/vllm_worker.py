@@ -10,7 +10,10 @@ Inside a method ``self`` is the vLLM worker: ``self.model_runner.model`` is
 the model, whose ``load_weights`` takes Hugging Face names and shards or fuses
 them for this rank; ``self.device`` and ``self.rank`` are the worker's.
 Every rank joins the trainer's weight-sync group and receives the full
-broadcast (rank ``first_rank + self.rank``); each loads what its shard needs.
+broadcast (rank ``first_rank + self.rank``) bucket by bucket, handing each
+tensor to ``load_weights`` as it completes
+(:meth:`~trinity.weight_transport.group.WeightSyncGroup.receive_stream`): no
+rank holds a second copy of the whole model; each loads what its shard needs.
 The group is built on the device backend's collective by
 :class:`~trinity.weight_transport.group.WeightSyncGroup`, never a
 hard-coded one.
@@ -102,8 +105,12 @@ class WeightSyncExtension:
         group = self._trinity_state()["group"]
         if group is None:
             raise RuntimeError(f"vLLM worker rank {self.rank}: receive_weights before init_weight_sync")
-        received = group.receive_state_dict(rows_to_metas(meta_rows), int(bucket_bytes), self.device)
-        return self._trinity_load(received, complete=True)
+        stream = group.receive_stream(rows_to_metas(meta_rows), int(bucket_bytes), self.device)
+        try:
+            return self._trinity_load_pairs(stream, complete=True)
+        finally:
+            for _ in stream:  # a loader that stopped early: the broadcast still has to be received whole
+                pass
 
     def trinity_load_state_dict(self, state_dict: Mapping[str, torch.Tensor], complete: bool) -> int:
         """Load ``state_dict`` (Hugging Face names); return the number of tensors loaded."""
@@ -124,23 +131,35 @@ class WeightSyncExtension:
         return None if checksum is None else str(checksum)
 
     def _trinity_load(self, state_dict: Mapping[str, torch.Tensor], *, complete: bool) -> int:
+        return self._trinity_load_pairs(iter(state_dict.items()), complete=complete)
+
+    def _trinity_load_pairs(self, pairs: Iterator[tuple[str, torch.Tensor]], *, complete: bool) -> int:
+        """Hand ``pairs`` to the model's ``load_weights`` one at a time (a bucket's tensors as they arrive)."""
         state = self._trinity_state()
-        weights = {clean_name(name): tensor for name, tensor in state_dict.items()}
+        checksum = state["track"] and complete and int(self.rank) == 0
+        kept: dict[str, torch.Tensor] = {}  # only to checksum the set (track_checksum: tests and verification)
+        count = 0
 
         def items() -> Iterator[tuple[str, torch.Tensor]]:
-            yield from weights.items()
+            nonlocal count
+            for given, tensor in pairs:
+                name = clean_name(given)
+                count += 1
+                if checksum:
+                    kept[name] = tensor
+                yield name, tensor
 
         with torch.no_grad():
             self.model_runner.model.load_weights(weights=items())
-        if state["track"] and complete and int(self.rank) == 0:
+        if checksum:
             from trinity.common.models.checksum import state_dict_checksum, tied_alias_sources
 
             tied = tied_alias_sources(self.model_runner.model)  # sent once; the trainer's checksum lists them
-            extra = {alias: weights[src] for alias, src in tied.items() if alias not in weights and src in weights}
-            state["checksum"] = state_dict_checksum({**weights, **extra})
+            extra = {alias: kept[src] for alias, src in tied.items() if alias not in kept and src in kept}
+            state["checksum"] = state_dict_checksum({**kept, **extra})
         elif not complete:
             state["checksum"] = None  # a partial load: the full set is no longer known
-        return len(weights)
+        return count
 
 
 def safetensors_files(folder: str | Path) -> list[str]:
