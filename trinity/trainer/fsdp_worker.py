@@ -633,11 +633,22 @@ class FSDPWorker:
             self._stream_metas = metas
             return metas if self.rank == 0 else None
         self._stream_entries = None
-        state = self.full_state_dict(copy=False)  # sent (or stored) before the next update changes them
+        # sent (or stored) before the next update changes them; one rank's only shard is the whole tensor
+        state = self._one_rank_state() if self.world_size == 1 else self.full_state_dict(copy=False)
         if self.rank != 0:
             return None
         self._sync_state = {name: value for name, value in state.items() if name not in aliases}
         return state_dict_metas(self._sync_state)
+
+    def _one_rank_state(self) -> dict[str, torch.Tensor]:
+        """The live weights of a one-rank trainer in the export dtype, without the state-dict gather machinery."""
+        from torch.distributed.tensor import DTensor
+
+        state = {
+            name: (value.to_local() if isinstance(value, DTensor) else value).detach()
+            for name, value in self.actor.state_dict().items()
+        }
+        return self._export_dtype(state)
 
     def _export_dtype_of(self, value: torch.Tensor) -> torch.dtype:
         return self.compute_dtype if value.is_floating_point() else value.dtype

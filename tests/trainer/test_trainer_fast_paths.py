@@ -1,5 +1,6 @@
-"""The trainer computes the LM head, log-softmax and entropy from the first response position on, and steps
-AdamW with torch's fused kernels where torch has them: same numbers as the full computation, less work."""
+"""The trainer's fast paths give the numbers of the full computation with less work: the LM head, log-softmax
+and entropy from the first response position on, AdamW on torch's fused kernels where torch has them, and a
+one-rank sync reading the live weights without the state-dict gather."""
 
 from __future__ import annotations
 
@@ -69,3 +70,18 @@ def test_adamw_uses_fused_kernels_where_torch_has_them(trainer: Any) -> None:
     assert fused_kernels_for([nn.Parameter(torch.zeros(2))])
     assert not fused_kernels_for([nn.Parameter(torch.zeros(2, dtype=torch.long), requires_grad=False)])
     assert not fused_kernels_for([])
+
+
+def test_a_one_rank_sync_sends_the_weights_the_full_gather_gives(trainer: Any) -> None:
+    from trinity.weight_transport import state_dict_metas
+
+    worker = trainer.workers[0]
+    full = worker.full_state_dict()
+    metas = worker.gather_weights()
+    sent = worker._take_sync_state()
+    assert "lm_head.weight" not in sent and metas == state_dict_metas(sent)  # the tied alias goes once
+    assert sent.keys() == full.keys() - {"lm_head.weight"}
+    for name, tensor in sent.items():
+        assert torch.equal(tensor, full[name]), name
+    live = dict(worker.actor.named_parameters())["model.embed_tokens.weight"]
+    assert sent["model.embed_tokens.weight"].data_ptr() == live.to_local().data_ptr()  # no copy
