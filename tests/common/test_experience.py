@@ -40,3 +40,31 @@ def test_round_trip_through_dict() -> None:
 def test_malformed_experiences_are_refused(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         Experience(**kwargs)
+
+
+def test_the_batch_equals_a_row_by_row_fill_on_random_experiences() -> None:
+    generator = torch.Generator().manual_seed(7)
+    experiences = []
+    for i in range(40):
+        prompt = int(torch.randint(1, 9, (1,), generator=generator))
+        response = int(torch.randint(0, 7, (1,), generator=generator))
+        experiences.append(Experience(
+            tokens=torch.randint(3, 50, (prompt + response,), generator=generator), prompt_length=prompt,
+            logprobs=-torch.rand(response, generator=generator),
+            advantages=torch.randn(response, generator=generator) if i % 3 else None,  # rows without: zeros
+            action_mask=torch.rand(response, generator=generator) > 0.3, reward=float(i), group_id=f"g{i // 4}",
+        ))
+    batch = make_batch(experiences, pad_token_id=1)
+    width = max(len(e.tokens) for e in experiences)
+    for i, e in enumerate(experiences):
+        length, start = len(e.tokens), e.prompt_length - 1
+        assert batch.input_ids[i, :length].tolist() == e.tokens.tolist()
+        assert (batch.input_ids[i, length:] == 1).all() and int(batch.attention_mask[i].sum()) == length
+        for name, value in (("response_mask", e.action_mask), ("old_logprobs", e.logprobs),
+                            ("advantages", e.advantages)):
+            row = getattr(batch, name)[i]
+            expected = torch.zeros(width - 1)
+            if value is not None:
+                expected[start : start + e.response_length] = value.float()
+            assert torch.equal(row, expected), (i, name)
+    assert batch.group_index.tolist() == [i // 4 for i in range(40)]
