@@ -43,6 +43,25 @@ def info(world: int, name: str, timeout: float = 30.0) -> WeightSyncGroupInfo:
     return WeightSyncGroupInfo("127.0.0.1", find_free_port(), world, 1, name, "gloo", timeout)
 
 
+def start_members(world: int, name: str) -> dict[int, WeightSyncGroup]:
+    """Build a weight-sync group of ``world`` members in threads of this process (the constructor is a rendezvous)."""
+    import threading
+
+    group = info(world, name)
+    members: dict[int, WeightSyncGroup] = {}
+
+    def build(rank: int) -> None:
+        members[rank] = WeightSyncGroup.create(group) if rank == 0 else WeightSyncGroup.join(group, rank)
+
+    threads = [threading.Thread(target=build, args=(rank,)) for rank in range(world)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(members) == list(range(world)), "the group did not form"
+    return members
+
+
 def test_bucket_plan_groups_dtypes_and_splits_large_tensors() -> None:
     metas = state_dict_metas(mixed_state_dict())
     buckets = plan_buckets(metas, BUCKET)
@@ -115,17 +134,7 @@ def test_random_layouts_round_trip_in_one_process(bucket: int) -> None:
     import threading
 
     state = random_state_dict(bucket)
-    group = info(3, f"threads-{bucket}")
-    members: dict[int, WeightSyncGroup] = {}
-
-    def build(rank: int) -> None:
-        members[rank] = WeightSyncGroup.create(group) if rank == 0 else WeightSyncGroup.join(group, rank)
-
-    threads = [threading.Thread(target=build, args=(rank,)) for rank in range(3)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
+    members = start_members(3, f"threads-{bucket}")
     metas = state_dict_metas(state)
     results: dict[int, dict[str, torch.Tensor]] = {}
 
@@ -152,17 +161,7 @@ def test_receive_into_fills_the_targets_in_place(bucket: int) -> None:
     import threading
 
     state = random_state_dict(bucket)
-    group = info(2, f"into-{bucket}")
-    members: dict[int, WeightSyncGroup] = {}
-
-    def build(rank: int) -> None:
-        members[rank] = WeightSyncGroup.create(group) if rank == 0 else WeightSyncGroup.join(group, rank)
-
-    threads = [threading.Thread(target=build, args=(rank,)) for rank in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
+    members = start_members(2, f"into-{bucket}")
     metas = state_dict_metas(state)
     names = list(state)
     # every third target in float64 (a bf16/int sender value is exact in float64), the rest as sent
@@ -216,17 +215,7 @@ def test_a_streamed_broadcast_takes_tensors_only_as_buckets_need_them() -> None:
 
     state = mixed_state_dict()
     names = list(state)
-    group = info(2, "stream")
-    members: dict[int, WeightSyncGroup] = {}
-
-    def build(rank: int) -> None:
-        members[rank] = WeightSyncGroup.create(group) if rank == 0 else WeightSyncGroup.join(group, rank)
-
-    threads = [threading.Thread(target=build, args=(rank,)) for rank in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
+    members = start_members(2, "stream")
     metas = state_dict_metas(state)
     pulled: list[str] = []
     alive: list[int] = []
@@ -271,17 +260,7 @@ def test_a_receiver_can_take_the_broadcast_one_tensor_at_a_time() -> None:
     import threading
 
     state = mixed_state_dict()
-    group = info(2, "receive-stream")
-    members: dict[int, WeightSyncGroup] = {}
-
-    def build(rank: int) -> None:
-        members[rank] = WeightSyncGroup.create(group) if rank == 0 else WeightSyncGroup.join(group, rank)
-
-    threads = [threading.Thread(target=build, args=(rank,)) for rank in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
+    members = start_members(2, "receive-stream")
     metas = state_dict_metas(state)
     got: list[tuple[str, torch.Tensor]] = []
     receiver = threading.Thread(target=lambda: got.extend(members[1].receive_stream(metas, BUCKET, "cpu")))
