@@ -15,7 +15,12 @@ from tests.trainer.support import make_experiences, make_trainer_plan
 from trinity.algorithm import entropy_from_logits
 from trinity.common.experience import make_batch
 from trinity.trainer.batching import batch_rows
-from trinity.trainer.models import accepts_logits_to_keep, first_response_column, fused_kernels_for
+from trinity.trainer.models import (
+    _has_fused_adamw_kernel,
+    accepts_logits_to_keep,
+    first_response_column,
+    fused_kernels_for,
+)
 from trinity.trainer.trainer import FSDPTrainer
 
 
@@ -70,6 +75,10 @@ def test_adamw_uses_fused_kernels_where_torch_has_them(trainer: Any) -> None:
     assert fused_kernels_for([nn.Parameter(torch.zeros(2))])
     assert not fused_kernels_for([nn.Parameter(torch.zeros(2, dtype=torch.long), requires_grad=False)])
     assert not fused_kernels_for([])
+    assert not fused_kernels_for([nn.Parameter(torch.zeros(2, device="meta"))])  # not a device torch lists
+    # a listed device whose plugin registers no fused kernel here (no device plugin provides one in the tests)
+    assert _has_fused_adamw_kernel("cpu")
+    assert not _has_fused_adamw_kernel(torch._C._get_privateuse1_backend_name())
 
 
 def test_a_one_rank_sync_sends_the_weights_the_full_gather_gives(trainer: Any) -> None:

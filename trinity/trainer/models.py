@@ -171,16 +171,29 @@ _TAKES_LOGITS_TO_KEEP: dict[type, bool] = {}
 
 
 def fused_kernels_for(params: list[nn.Parameter]) -> bool:
-    """Whether torch has fused optimizer kernels for ``params`` (all floating point, on a device it lists).
+    """Whether torch has fused AdamW kernels for ``params`` (all floating point, on devices it supports).
 
     The fused AdamW step is one kernel over every tensor instead of a dozen
-    per tensor: on the CPU about 4x faster for small models. A device torch
-    does not list (or a parameter that is not floating point) keeps the
-    default implementation.
+    per tensor: on the CPU about 4x faster for small models. A device must be
+    one torch lists for fused optimizers *and* have the ``_fused_adamw_``
+    kernel registered in this process (a device plugin such as torch_npu may
+    be listed without providing it); otherwise the default implementation is kept.
     """
     from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
 
     supported = set(_get_fused_kernels_supported_devices())
-    return bool(params) and all(
-        torch.is_floating_point(p) and p.device.type in supported for p in params
+    devices = {p.device.type for p in params}
+    return (
+        bool(params)
+        and all(torch.is_floating_point(p) for p in params)
+        and devices <= supported
+        and all(_has_fused_adamw_kernel(device) for device in devices)
     )
+
+
+def _has_fused_adamw_kernel(device_type: str) -> bool:
+    key = "PrivateUse1" if device_type == torch._C._get_privateuse1_backend_name() else device_type.upper()
+    try:
+        return bool(torch._C._dispatch_has_kernel_for_dispatch_key("aten::_fused_adamw_", key))
+    except RuntimeError:  # a dispatch key torch does not know
+        return False
