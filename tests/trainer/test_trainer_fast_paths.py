@@ -4,6 +4,7 @@ one-rank sync reading the live weights without the state-dict gather."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -94,3 +95,33 @@ def test_a_one_rank_sync_sends_the_weights_the_full_gather_gives(trainer: Any) -
         assert torch.equal(tensor, full[name]), name
     live = dict(worker.actor.named_parameters())["model.embed_tokens.weight"]
     assert sent["model.embed_tokens.weight"].data_ptr() == live.to_local().data_ptr()  # no copy
+
+
+@pytest.fixture(scope="module")
+def packing_trainer(ray_local: Any, tiny_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    plan = make_trainer_plan(tiny_path, tmp_path_factory.mktemp("packed"), "grpo", world_size=1, micro_batch_size=8,
+                             **{"algorithm.kl_loss_fn": "none",
+                                "trainer.trainer_config.actor_rollout_ref.model.use_remove_padding": True})
+    assert plan.trainer.pack_sequences
+    trainer = FSDPTrainer(plan, world_size=1, in_process=True)
+    yield trainer
+    trainer.shutdown()
+
+
+def test_packed_rows_give_the_padded_log_probs_and_train_the_same_step(trainer: Any, packing_trainer: Any) -> None:
+    """use_remove_padding: the rows of a micro-batch run end to end without padding (position ids restart per
+    row), with the log-probs, entropies and first step of the padded forward."""
+    experiences = make_experiences(groups=3, group_size=3, seed=11, logprobs=True)
+    rows = batch_rows(make_batch(experiences, trainer.pad_token_id))
+    padded, packed = trainer.workers[0], packing_trainer.workers[0]
+    with torch.no_grad():
+        expected, expected_entropy, _ = padded._token_logprobs(padded.actor, rows, True)
+        got, entropy, logits = packed._token_logprobs(packed.actor, rows, True)
+    assert logits.shape[:2] == (1, int(rows["attention_mask"].sum()))  # one sequence, no padding
+    mask = rows["response_mask"].bool()
+    assert entropy is not None and expected_entropy is not None
+    torch.testing.assert_close(got[mask], expected[mask], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(entropy[mask], expected_entropy[mask], rtol=1e-5, atol=1e-5)
+    padded_step, packed_step = trainer.train_step(experiences), packing_trainer.train_step(experiences)
+    for name in ("loss", "grad_norm", "entropy"):
+        assert math.isclose(padded_step[name], packed_step[name], rel_tol=1e-4, abs_tol=1e-6), name

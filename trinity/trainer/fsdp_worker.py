@@ -380,12 +380,7 @@ class FSDPWorker:
                 w_entropy = count_units(mask, plan.agg_units, rows=~expert) * world / max(1, units["agg_usual"])
             total = total - bonus * w_entropy
         else:
-            with torch.no_grad():
-                scaled = logits[:, :-1].detach()
-                if self.temperature != 1.0:
-                    scaled = scaled / self.temperature
-                kept = mask[:, mask.shape[1] - scaled.shape[1]:]
-                step_metrics["entropy"] = float(aggregate(entropy_from_logits(scaled), kept, "token-mean"))
+            step_metrics["entropy"] = self._entropy_metric(logits, mb)
         if not total.requires_grad:  # every rank must run backward: FSDP reduces gradients collectively
             total = total + logits.sum() * 0.0
         torch.autograd.backward(total)
@@ -400,7 +395,11 @@ class FSDPWorker:
         model body (its LM head, the log-softmax, the entropy): the earlier
         ones are prompt positions that no loss reads, and come back as zeros.
         The logits returned are those kept positions only (``[B, K, V]``).
+        With ``pack_sequences`` the rows run unpadded, end to end in one
+        sequence (:meth:`_packed_token_logprobs`).
         """
+        if self.settings.pack_sequences:
+            return self._packed_token_logprobs(model, mb, with_entropy)
         ids = mb["input_ids"]
         start = first_response_column(mb["response_mask"])
         kwargs: dict[str, Any] = {}
@@ -414,6 +413,51 @@ class FSDPWorker:
             if entropy is not None:
                 entropy = torch.nn.functional.pad(entropy, (start, 0))
         return logprobs, entropy, logits
+
+    def _packed_token_logprobs(self, model: nn.Module, mb: Rows, with_entropy: bool
+                               ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """As :meth:`_token_logprobs`, with the rows packed into one sequence of their real tokens (no padding).
+
+        ``position_ids`` restart at 0 for each row, which is how the model's
+        attention keeps the rows apart (no token attends across a row boundary).
+        The logits returned are the packed ones (``[1, N, V]``).
+        """
+        ids, attention = mb["input_ids"], mb["attention_mask"]
+        rows, width = ids.shape
+        real = attention.bool()  # rows are right-padded: each row's real tokens come first
+        lengths = real.sum(dim=1)
+        starts = lengths.cumsum(0) - lengths
+        packed = ids[real].unsqueeze(0)
+        positions = torch.arange(packed.shape[1], device=ids.device) - torch.repeat_interleave(starts, lengths)
+        logits = model(input_ids=packed, position_ids=positions.unsqueeze(0), use_cache=False).logits
+        flat_logprobs, flat_entropy = self._head(logits, packed, self.temperature, with_entropy)
+        # row i's prediction t (of token t + 1, t < length - 1) is packed prediction starts[i] + t
+        predicted = real[:, 1:]
+        source = (starts.unsqueeze(1) + torch.arange(width - 1, device=ids.device))[predicted]
+        logprobs = flat_logprobs.new_zeros((rows, width - 1))
+        logprobs[predicted] = flat_logprobs[0, source]
+        entropy = None
+        if flat_entropy is not None:
+            entropy = flat_entropy.new_zeros((rows, width - 1))
+            entropy[predicted] = flat_entropy[0, source]
+        return logprobs, entropy, logits
+
+    def _entropy_metric(self, logits: torch.Tensor, mb: Rows) -> float:
+        """Return the mean entropy over the micro-batch's response tokens (no gradient), from the returned logits."""
+        mask = mb["response_mask"]
+        with torch.no_grad():
+            scaled = logits.detach()
+            if self.temperature != 1.0:
+                scaled = scaled / self.temperature
+            if self.settings.pack_sequences:
+                real = mb["attention_mask"].bool()
+                lengths = real.sum(dim=1)
+                starts = lengths.cumsum(0) - lengths
+                source = (starts.unsqueeze(1) + torch.arange(mask.shape[1], device=mask.device))[real[:, 1:]]
+                values = entropy_from_logits(scaled[0, :-1])[source]
+                return float(aggregate(values.unsqueeze(0), mask[real[:, 1:]].unsqueeze(0), "token-mean"))
+            kept = mask[:, mask.shape[1] - (scaled.shape[1] - 1):]
+            return float(aggregate(entropy_from_logits(scaled[:, :-1]), kept, "token-mean"))
 
     def _share(self, mask: torch.Tensor, units: dict[str, int], part: str, rows: torch.Tensor) -> float:
         """Return this micro-batch's share of the step's ``part`` (``usual``/``expert``) loss units."""

@@ -105,7 +105,7 @@ VERL_KEYS: dict[str, VerlKey] = {
                                                               "rope_scaling", "rope_theta", "external_lib",
                                                               "override_config")},
     f"{_ARR}.model.enable_gradient_checkpointing": _map("actor.gradient_checkpointing"),
-    f"{_ARR}.model.use_remove_padding": _inert(_SPEED),
+    f"{_ARR}.model.use_remove_padding": _map("actor.use_remove_padding"),
     f"{_ARR}.model.use_fused_kernels": _inert(_SPEED),
     f"{_ARR}.model.fused_kernel_options.impl_backend": _inert(_SPEED),
     f"{_ARR}.model.enable_activation_offload": _refuse(_OFFLOAD, _truthy),

@@ -144,6 +144,9 @@ class TrainerPlan:
     temperature: float
     #: The critic, when the algorithm trains one.
     critic: CriticPlan | None
+    #: Run the actor's (and reference's) micro-batches unpadded, the rows end to end in one sequence
+    #: (veRL ``actor_rollout_ref.model.use_remove_padding``).
+    pack_sequences: bool = False
 
 
 def optimizer_plan(base: OptimizerConfig, mapped: dict[str, Any], where: str) -> OptimizerPlan:
@@ -282,4 +285,5 @@ def resolve_trainer(
         recompute_old_logprobs=not bool(verl.get("algorithm.bypass_mode", True)),
         temperature=temperature,
         critic=critic,
+        pack_sequences=bool(verl.get("actor.use_remove_padding", False)),
     )
