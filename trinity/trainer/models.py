@@ -176,7 +176,7 @@ def fused_kernels_for(params: list[nn.Parameter]) -> bool:
     The fused AdamW step is one kernel over every tensor instead of a dozen
     per tensor: on the CPU about 4x faster for small models. A device must be
     one torch lists for fused optimizers *and* have the ``_fused_adamw_``
-    kernel registered in this process (a device plugin such as torch_npu may
+    kernel registered in this process (an out-of-tree device plugin may
     be listed without providing it); otherwise the default implementation is kept.
     """
     from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
