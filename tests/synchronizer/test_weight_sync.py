@@ -251,6 +251,9 @@ def test_a_streamed_broadcast_takes_tensors_only_as_buckets_need_them() -> None:
     alone = WeightSyncGroup.create(WeightSyncGroupInfo("127.0.0.1", find_free_port(), 1, 1, "short", "gloo", 10.0))
     with pytest.raises(WeightSyncError, match="the weight stream ended after 2 tensors; its metas list 8"):
         alone.broadcast_stream(metas, (state[n] for n in names[:2]), BUCKET)
+    swapped = [state[names[1]], state[names[0]], *(state[n] for n in names[2:])]
+    with pytest.raises(WeightSyncError, match=f"streamed tensor 0 \\({names[0]!r}\\) has 85 elements"):
+        alone.broadcast_stream(metas, iter(swapped), BUCKET)  # tensors out of the metas' order
     alone.close()
 
 

@@ -51,6 +51,7 @@ from trinity.trainer.models import (
     load_causal_lm,
     load_value_model,
     logprobs_and_entropy,
+    packed_layout,
     shard_model,
     torch_dtype,
 )
@@ -422,18 +423,13 @@ class FSDPWorker:
         attention keeps the rows apart (no token attends across a row boundary).
         The logits returned are the packed ones (``[1, N, V]``).
         """
-        ids, attention = mb["input_ids"], mb["attention_mask"]
+        ids = mb["input_ids"]
         rows, width = ids.shape
-        real = attention.bool()  # rows are right-padded: each row's real tokens come first
-        lengths = real.sum(dim=1)
-        starts = lengths.cumsum(0) - lengths
-        packed = ids[real].unsqueeze(0)
-        positions = torch.arange(packed.shape[1], device=ids.device) - torch.repeat_interleave(starts, lengths)
-        logits = model(input_ids=packed, position_ids=positions.unsqueeze(0), use_cache=False).logits
+        layout = packed_layout(mb["attention_mask"])
+        packed = ids[layout.real].unsqueeze(0)
+        logits = model(input_ids=packed, position_ids=layout.positions.unsqueeze(0), use_cache=False).logits
         flat_logprobs, flat_entropy = self._head(logits, packed, self.temperature, with_entropy)
-        # row i's prediction t (of token t + 1, t < length - 1) is packed prediction starts[i] + t
-        predicted = real[:, 1:]
-        source = (starts.unsqueeze(1) + torch.arange(width - 1, device=ids.device))[predicted]
+        predicted, source = layout.predicted, layout.source
         logprobs = flat_logprobs.new_zeros((rows, width - 1))
         logprobs[predicted] = flat_logprobs[0, source]
         entropy = None
@@ -450,12 +446,9 @@ class FSDPWorker:
             if self.temperature != 1.0:
                 scaled = scaled / self.temperature
             if self.settings.pack_sequences:
-                real = mb["attention_mask"].bool()
-                lengths = real.sum(dim=1)
-                starts = lengths.cumsum(0) - lengths
-                source = (starts.unsqueeze(1) + torch.arange(mask.shape[1], device=mask.device))[real[:, 1:]]
-                values = entropy_from_logits(scaled[0, :-1])[source]
-                return float(aggregate(values.unsqueeze(0), mask[real[:, 1:]].unsqueeze(0), "token-mean"))
+                layout = packed_layout(mb["attention_mask"])
+                values = entropy_from_logits(scaled[0, :-1])[layout.source]
+                return float(aggregate(values.unsqueeze(0), mask[layout.predicted].unsqueeze(0), "token-mean"))
             kept = mask[:, mask.shape[1] - (scaled.shape[1] - 1):]
             return float(aggregate(entropy_from_logits(scaled[:, :-1]), kept, "token-mean"))
 

@@ -6,7 +6,7 @@ come from :mod:`trinity.device`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -150,6 +150,34 @@ def first_response_column(response_mask: torch.Tensor) -> int:
     """Return the first column of ``[B, T-1]`` ``response_mask`` any row trains on (0 when none does)."""
     columns = torch.nonzero(response_mask.any(dim=0))
     return int(columns[0, 0]) if columns.numel() else 0
+
+
+class PackedLayout(NamedTuple):
+    """Where each row of a right-padded ``[B, T]`` micro-batch lands when its real tokens run end to end.
+
+    ``real``: the ``[B, T]`` real-token mask. ``positions``: ``[N]`` position ids
+    restarting at 0 per row. ``predicted``: the ``[B, T-1]`` mask of predictions
+    that exist (of a real next token). ``source``: for each of those, in row-major
+    order, its index among the packed sequence's predictions.
+    """
+
+    real: torch.Tensor
+    positions: torch.Tensor
+    predicted: torch.Tensor
+    source: torch.Tensor
+
+
+def packed_layout(attention_mask: torch.Tensor) -> PackedLayout:
+    """Return the :class:`PackedLayout` of right-padded rows with ``attention_mask``."""
+    real = attention_mask.bool()
+    lengths = real.sum(dim=1)
+    starts = lengths.cumsum(0) - lengths
+    device = attention_mask.device
+    positions = torch.arange(int(lengths.sum()), device=device) - torch.repeat_interleave(starts, lengths)
+    # row i's prediction t (of token t + 1, t < length - 1) is packed prediction starts[i] + t
+    predicted = real[:, 1:]
+    source = (starts.unsqueeze(1) + torch.arange(real.shape[1] - 1, device=device))[predicted]
+    return PackedLayout(real, positions, predicted, source)
 
 
 def accepts_logits_to_keep(model: nn.Module) -> bool:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -81,6 +82,14 @@ class _TensorStream:
             if tensor is None:
                 raise WeightSyncError(
                     f"the weight stream ended after {self.taken} tensors; its metas list {len(self.metas)}"
+                )
+            meta = self.metas[self.taken]
+            expected = math.prod(meta.shape)
+            if tensor.numel() != expected:
+                raise WeightSyncError(
+                    f"streamed tensor {self.taken} ({meta.name!r}) has {tensor.numel()} elements, but its meta "
+                    f"says shape {tuple(meta.shape)} ({expected}); the metas and the tensors were taken from "
+                    "different models or in a different order"
                 )
             self.held[self.taken] = tensor.detach().reshape(-1)
             self.taken += 1
