@@ -210,3 +210,25 @@ def test_the_hf_engine_batch_fits_a_step_unless_set() -> None:
                     "explorer.rollout_model.max_batch_size": 24}) == 24
     with pytest.raises(ConfigError, match=r"explorer\.rollout_model\.max_batch_size: must be positive"):
         make_plan({"explorer.rollout_model.max_batch_size": 0})
+
+
+def test_the_openai_api_settings_become_the_engine_groups_api_plan() -> None:
+    on = {"explorer.rollout_model.enable_openai_api": True}
+    assert make_plan().explorer.rollout.api is None
+    api = make_plan({**on, "explorer.rollout_model.enable_history": True, "explorer.rollout_model.api_port": 9100,
+                     "explorer.rollout_model.enable_auto_tool_choice": True,
+                     "explorer.rollout_model.tool_call_parser": "hermes"}).explorer.rollout.api
+    assert api is not None and api.history and api.auto_tool_choice and api.tool_call_parser == "hermes"
+    assert api.port == 9100 and api.host is None  # the node's Ray address
+    for overrides, message in [
+        ({"explorer.rollout_model.enable_history": True},
+         r"^explorer\.rollout_model\.enable_history: applies to the OpenAI API; set explorer\.rollout_model\."
+         r"enable_openai_api: true"),
+        ({**on, "explorer.rollout_model.tool_call_parser": "llama4"},
+         r"^explorer\.rollout_model\.tool_call_parser: 'llama4' is not one of hermes$"),
+        ({**on, "explorer.rollout_model.enable_auto_tool_choice": True},
+         r"^explorer\.rollout_model\.enable_auto_tool_choice: needs explorer\.rollout_model\.tool_call_parser"),
+        ({**on, "explorer.rollout_model.api_port": 70000}, r"api_port: 70000 is not a port"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            make_plan(overrides)

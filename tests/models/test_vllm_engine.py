@@ -284,3 +284,32 @@ def test_after_shutdown_the_engine_refuses_work(double: Path, tiny_model: Path) 
     started.shutdown()  # idempotent
     with pytest.raises(VLLMEngineError, match="shut down"):
         started.generate(["x"], SamplingParams())
+
+
+def test_the_openai_api_serves_from_the_vllm_engine_and_records_what_it_sampled(
+        double: Path, tiny_model: Path) -> None:
+    """The same server as the hf engine's, on vLLM's generate (validated with the double only)."""
+    import openai
+
+    from trinity.common.models.client import EngineClient
+    from trinity.common.models.vllm_engine import VLLMEngine
+
+    started = VLLMEngine(str(tiny_model), dtype="float32", max_prompt_tokens=64, openai_api={
+        "host": "127.0.0.1", "port": 0, "model_names": [str(tiny_model), "rollout"], "max_prompt_tokens": 64,
+        "context_length": 256, "default_max_tokens": 8, "history": True})
+    try:
+        client = EngineClient(started).bind(None)
+        openai_client = client.get_openai_client()
+        assert isinstance(openai_client, openai.OpenAI) and openai_client.model_path == str(tiny_model)
+        messages = [{"role": "user", "content": "say yes"}]
+        response = openai_client.chat.completions.create(model="rollout", messages=messages, n=2, max_tokens=6,
+                                                         temperature=1.0, logprobs=True)
+        records = client.history()
+        assert [r.response_tokens.tolist() for r in records] == [c.model_extra["token_ids"] for c in response.choices]
+        assert all(r.prompt_tokens.tolist() == started.chat_prompt_tokens(messages) for r in records)
+        assert all(torch.equal(r.logprobs, torch.tensor([e.logprob for e in c.logprobs.content]))
+                   for r, c in zip(records, response.choices, strict=True))
+    finally:
+        started.shutdown()
+    with pytest.raises(openai.APIConnectionError):
+        openai_client.models.list()  # the server went with the engine

@@ -47,7 +47,6 @@ from trinity.common.experience import Experience
 from trinity.common.models.client import (
     EngineClient,
     EngineDeadError,
-    RolloutModel,
     TaskCancelledError,
     TaskTimeoutError,
 )
@@ -434,12 +433,13 @@ class Scheduler:
         except Exception as exc:  # noqa: BLE001 - a configuration error: reported, not retried
             done.put((attempt_id, None, exc, False))
             return
+        bound: dict[str, EngineClient] = {}
         if self.auxiliary:
-            bound: dict[str, RolloutModel] = {
+            bound = {
                 name: clients[attempt_id % len(clients)].bind(client.deadline, client.cancelled)
                 for name, clients in self.auxiliary
             }
-            workflow.auxiliary = bound
+            workflow.auxiliary = dict(bound)
             workflow.auxiliary_models = list(bound.values())
         try:
             experiences = workflow.run(client, task)
@@ -452,3 +452,6 @@ class Scheduler:
         except BaseException as exc:  # reported to the scheduler, which retries or records it
             logger.debug("task attempt %d raised", attempt_id, exc_info=True)
             done.put((attempt_id, None, exc, True))
+        finally:
+            for used in (client, *bound.values()):
+                used.drop_history()  # what the attempt's OpenAI clients left unextracted

@@ -12,15 +12,24 @@ the attempt was abandoned raises :class:`TaskCancelledError`.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
 from trinity.common.models.engine import Completion, SamplingParams
+
+if TYPE_CHECKING:
+    from trinity.common.experience import Experience
+    from trinity.common.models.openai_api.history import RequestRecord
+
+
+logger = logging.getLogger(__name__)
 
 
 class TaskTimeoutError(TimeoutError):
@@ -100,13 +109,29 @@ class EngineClient:
     cancelled: threading.Event | None = None
     #: Facts learnt from the engine, shared by every bound copy.
     _facts: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+    #: This copy's session on the engine's OpenAI API (its requests are recorded under it); new per bind.
+    session: str = dataclasses.field(default="", repr=False)
 
     def __post_init__(self) -> None:
         self.remote = is_actor(self.engine)
+        #: Whether this copy handed out an OpenAI client (its session may hold records).
+        self.api_used = False
+        #: Copies made by :meth:`fork` (their sessions are dropped with this one's).
+        self.forks: list[EngineClient] = []
 
     def bind(self, deadline: float | None, cancelled: threading.Event | None = None) -> EngineClient:
-        """Return a client of the same engine whose calls respect ``deadline`` and ``cancelled``."""
-        return dataclasses.replace(self, deadline=deadline, cancelled=cancelled)
+        """Return a client of the same engine whose calls respect ``deadline`` and ``cancelled`` (a new session)."""
+        return dataclasses.replace(self, deadline=deadline, cancelled=cancelled, session=uuid.uuid4().hex)
+
+    def fork(self) -> EngineClient:
+        """Return a client of the same engine and deadline with an OpenAI API session of its own.
+
+        Agents playing episodes side by side take one each, so each episode's
+        requests are recorded apart; :meth:`drop_history` drops the forks' too.
+        """
+        child = dataclasses.replace(self, session=uuid.uuid4().hex)
+        self.forks.append(child)
+        return child
 
     def _check(self) -> None:
         if self.cancelled is not None and self.cancelled.is_set():
@@ -181,3 +206,90 @@ class EngineClient:
         if not path:
             path = self._facts["tokenizer_path"] = str(self.call("describe")["tokenizer_path"])
         return load_tokenizer(path)
+
+    # ------------------------------------------------------------------ OpenAI API
+
+    def openai_api(self) -> dict[str, Any]:
+        """Return the engine's API facts (``url``, ``history``, ``model_names``); raises RuntimeError without one."""
+        api = self._facts.get("openai_api")
+        if api is None:
+            api = self._facts["openai_api"] = self.call("describe").get("openai_api")
+        if api is None:
+            raise RuntimeError(
+                f"engine {self.index} serves no OpenAI API; set explorer.rollout_model.enable_openai_api: true "
+                "(or the auxiliary model's) in the config"
+            )
+        return dict(api)
+
+    def _openai_kwargs(self) -> dict[str, Any]:
+        api = self.openai_api()
+        headers = {}
+        if api["history"]:
+            from trinity.common.models.openai_api.history import SESSION_HEADER
+
+            headers[SESSION_HEADER] = self.session or uuid.uuid4().hex
+            self.session = headers[SESSION_HEADER]
+        timeout = None if self.deadline is None else max(1.0, self.deadline - time.monotonic())
+        self.api_used = True
+        return {"base_url": f"{api['url']}/v1", "api_key": "EMPTY", "default_headers": headers,
+                "timeout": timeout, "max_retries": 0}
+
+    def get_openai_client(self) -> Any:
+        """Return an ``openai.OpenAI`` client of this engine's API (its ``model_path`` attribute names the model).
+
+        With ``enable_history`` its requests are recorded for
+        :meth:`extract_experience_from_history`; its timeout is what is left of
+        the attempt's.
+        """
+        import openai
+
+        client = openai.OpenAI(**self._openai_kwargs())
+        client.model_path = self.openai_api()["model_names"][0]  # type: ignore[attr-defined]
+        return client
+
+    def get_openai_async_client(self) -> Any:
+        """Return an ``openai.AsyncOpenAI`` client, as :meth:`get_openai_client`."""
+        import openai
+
+        client = openai.AsyncOpenAI(**self._openai_kwargs())
+        client.model_path = self.openai_api()["model_names"][0]  # type: ignore[attr-defined]
+        return client
+
+    def history(self, clear: bool = True) -> list[RequestRecord]:
+        """Return what this client's OpenAI clients received, in order; forget it when ``clear``.
+
+        Raises RuntimeError when the engine records no history (``enable_history``
+        is off) or when records were dropped for lack of room.
+        """
+        if not self.openai_api()["history"]:
+            raise RuntimeError(
+                "history recording is off; set explorer.rollout_model.enable_history: true in the config"
+            )
+        if not self.session:
+            return []
+        records, dropped = self.call("take_history", self.session, bool(clear))
+        if dropped:
+            raise RuntimeError(f"engine {self.index} kept {len(records)} records of this session and dropped "
+                               f"{dropped}: a session holds 4096 at most; extract the history more often")
+        return list(records)
+
+    def extract_experience_from_history(self, clear: bool = True) -> list[Experience]:
+        """Return one experience per completion this client's OpenAI clients received (see :meth:`history`)."""
+        from trinity.common.workflows.history import experiences_from_records
+
+        return experiences_from_records(self.history(clear))
+
+    def drop_history(self) -> None:
+        """Forget this session's records on the engine (the scheduler calls it when an attempt ends)."""
+        for child in self.forks:
+            child.drop_history()
+        if not (self.api_used and self.session):
+            return
+        try:
+            if self.remote:
+                self.engine.drop_history.remote(self.session)  # nothing to wait for
+            else:
+                self.engine.drop_history(self.session)
+        except Exception as exc:  # noqa: BLE001 - a dead engine holds no history any more
+            logger.debug("dropping the history of session %s: %s", self.session, exc)
+

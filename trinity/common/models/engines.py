@@ -13,6 +13,7 @@ from typing import Any
 
 from trinity.common.config.plan.explorer import EnginePlan
 from trinity.common.config.plan.run import RunPlan
+from trinity.common.models.openai_api.serving import api_options
 from trinity.common.registry import Registry
 
 #: Engine classes by engine type, as loaders (``ENGINES.get("hf")()`` is the class).
@@ -115,6 +116,9 @@ def create_engine(
     kwargs = cls.plan_kwargs(  # type: ignore[attr-defined]
         group, seed=group.seed + index, verify_checksums=plan.sync.verify_checksums and group.name == "rollout"
     )
+    api = api_options(group, index)
+    if api is not None:
+        kwargs["openai_api"] = api
     if not as_actors:
         return cls(**kwargs)
     import ray

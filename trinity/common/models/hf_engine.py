@@ -52,6 +52,7 @@ import torch
 from trinity import device
 from trinity.common.models.checksum import state_dict_checksum
 from trinity.common.models.engine import Completion, SamplingParams
+from trinity.common.models.openai_api.serving import ServesOpenAI
 from trinity.common.models.prompting import TextPrompts
 from trinity.common.models.sampling import LogprobRecorder
 from trinity.weight_transport.protocol import TensorMeta, WeightSyncGroupInfo
@@ -111,7 +112,7 @@ class _StopStrings:
         return done
 
 
-class HFEngine(TextPrompts):
+class HFEngine(TextPrompts, ServesOpenAI):
     """A transformers-based rollout engine; see the module docstring."""
 
     def __init__(
@@ -128,6 +129,7 @@ class HFEngine(TextPrompts):
         chat_template: str | None = None,
         torch_threads: int = 0,
         batch_wait_ms: float = 5.0,
+        openai_api: Mapping[str, Any] | None = None,
     ) -> None:
         """Load the model and tokenizer; raises EngineError for an unknown or unsupported dtype or bad sizes.
 
@@ -141,6 +143,9 @@ class HFEngine(TextPrompts):
         ``torch_threads > 0`` sets torch's intra-op thread count for this process: a tiny model on a
         busy CPU generates ~10x faster with 1 thread than with 2 (Ray actors get
         ``OMP_NUM_THREADS`` = their CPUs already).
+
+        ``openai_api`` (see ``trinity.common.models.openai_api.serving.api_options``): serve the
+        OpenAI-compatible API from this process once the model is loaded.
         """
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -191,8 +196,12 @@ class HFEngine(TextPrompts):
         self._model_lock = threading.Lock()
         self._pending_lock = threading.Lock()
         self._pending: list[_Request] = []
+        #: API requests accepted and not yet handed to generate_tokens (see note_incoming).
+        self._incoming = 0
         self._sync_group: Any = None
         device.manual_seed(seed)
+        if openai_api is not None:
+            self.start_openai_api(openai_api)
 
     @staticmethod
     def plan_kwargs(engine: Any, *, seed: int = 0, verify_checksums: bool = False) -> dict[str, Any]:
@@ -220,22 +229,53 @@ class HFEngine(TextPrompts):
 
     # ------------------------------------------------------------------ sampling
 
-    def generate_tokens(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:
-        """Sample ``params.n`` completions for each prompt given as token ids (multi-turn rollouts use this)."""
-        if params.n < 1 or params.max_tokens < 1:
-            raise EngineError(f"n and max_tokens must be at least 1, got n={params.n}, max_tokens={params.max_tokens}")
-        request = _Request([[int(t) for t in p] for p in prompts], params)
-        for i, p in enumerate(request.prompts):
-            if not p:
-                raise EngineError(f"prompt {i} is empty; give at least one token")
-        if not request.prompts:
-            return []
+    def note_incoming(self) -> None:
+        """Count a request the API server accepted and is preparing: batches wait for it (see :meth:`generate_tokens`).
+
+        The server hands it over with ``generate_tokens(..., incoming=True)``,
+        or calls :meth:`forget_incoming` when the request fails before that.
+        """
         with self._pending_lock:
-            self._pending.append(request)
+            self._incoming += 1
+
+    def forget_incoming(self) -> None:
+        """Uncount a request counted by :meth:`note_incoming` that will not be handed over."""
+        with self._pending_lock:
+            self._incoming = max(0, self._incoming - 1)
+
+    def generate_tokens(self, prompts: Sequence[Sequence[int]], params: SamplingParams, *,
+                        incoming: bool = False) -> list[list[Completion]]:
+        """Sample ``params.n`` completions for each prompt given as token ids (multi-turn rollouts use this).
+
+        Before serving, a batch waits ``batch_wait_ms`` for concurrent requests,
+        then for the API requests still being prepared (:meth:`note_incoming`;
+        at most :attr:`incoming_wait_s`). ``incoming``: this call hands over
+        such a request.
+        """
+        queued = False
+        try:
+            if params.n < 1 or params.max_tokens < 1:
+                raise EngineError(
+                    f"n and max_tokens must be at least 1, got n={params.n}, max_tokens={params.max_tokens}")
+            request = _Request([[int(t) for t in p] for p in prompts], params)
+            for i, p in enumerate(request.prompts):
+                if not p:
+                    raise EngineError(f"prompt {i} is empty; give at least one token")
+            if not request.prompts:
+                return []
+            with self._pending_lock:
+                self._pending.append(request)
+                if incoming:
+                    self._incoming = max(0, self._incoming - 1)
+                    queued = True
+        finally:
+            if incoming and not queued:
+                self.forget_incoming()
         with self._model_lock:
             if not request.done:
                 if self.batch_wait_s:
                     time.sleep(self.batch_wait_s)  # let the other runners of this step join the batch
+                self._await_incoming()
                 with self._pending_lock:
                     batch, self._pending = self._pending, []
                 self._serve(batch)
@@ -243,6 +283,18 @@ class HFEngine(TextPrompts):
             raise request.error
         assert request.result is not None
         return request.result
+
+    #: Seconds a batch waits at most for API requests still being prepared.
+    incoming_wait_s: float = 0.05
+
+    def _await_incoming(self) -> None:
+        """Wait (model lock held) until no API request is being prepared, or :attr:`incoming_wait_s` passed."""
+        deadline = time.monotonic() + self.incoming_wait_s
+        while time.monotonic() < deadline:
+            with self._pending_lock:
+                if not self._incoming:
+                    return
+            time.sleep(0.0005)
 
     def _serve(self, requests: list[_Request]) -> None:
         """Serve ``requests`` (model lock held): group equal settings, sample, fill results or errors."""
@@ -406,9 +458,41 @@ class HFEngine(TextPrompts):
             chunk.append(i)
         return [*chunks, chunk] if chunk else chunks
 
+    def top_logprobs(self, prompt: Sequence[int], response: Sequence[int], k: int, temperature: float = 1.0
+                     ) -> list[list[tuple[int, float]]]:
+        """Return, for each response token's position, the ``k`` likeliest tokens and their log-probs.
+
+        Log-probs as :meth:`score_tokens` computes them (``log_softmax(logits /
+        temperature)``, greedy scored at 1); the OpenAI API's ``top_logprobs``.
+        """
+        pair = ([int(t) for t in prompt], [int(t) for t in response])
+        if not pair[0]:
+            raise EngineError("top_logprobs: the prompt is empty; give at least one token")
+        if not pair[1] or k < 1:
+            return [[] for _ in pair[1]]
+        scale = float(temperature) if temperature > 0 else 1.0
+        with self._model_lock, torch.no_grad():
+            rows = self._response_logits([pair])[0].float() / scale
+            values, ids = torch.log_softmax(rows, dim=-1).topk(k, dim=-1)
+        return [list(zip(i, v, strict=True)) for i, v in zip(ids.tolist(), values.tolist(), strict=True)]
+
     @torch.no_grad()
     def _score(self, pairs: list[tuple[list[int], list[int]]], temperature: float) -> list[torch.Tensor]:
-        """Score one forward pass (model lock held): left-padded rows, logits kept for the response positions only."""
+        """Score one forward pass (model lock held): each response token's log-prob at ``temperature``."""
+        result = []
+        for (_prompt, response), rows in zip(pairs, self._response_logits(pairs), strict=True):
+            if not response:
+                result.append(torch.zeros(0, dtype=torch.float32))
+                continue
+            targets = torch.tensor(response, dtype=torch.long, device=rows.device).view(-1, 1)
+            result.append(torch.log_softmax(rows.float() / temperature, dim=-1).gather(1, targets).squeeze(1).cpu())
+        return result
+
+    def _response_logits(self, pairs: list[tuple[list[int], list[int]]]) -> list[torch.Tensor]:
+        """One forward pass (model lock held): per pair, the ``[len(response), V]`` logits predicting its response.
+
+        Rows are left-padded, logits kept for the response positions only.
+        """
         width = max(len(p) + len(r) for p, r in pairs)
         keep = max(len(r) for _, r in pairs) + 1
         input_ids = torch.full((len(pairs), width), self._pad_id, dtype=torch.long)
@@ -427,17 +511,8 @@ class HFEngine(TextPrompts):
                 raise
             logits = self.model(**inputs).logits
         logits = logits[:, -keep:]
-        result = []
-        for i, (_prompt, response) in enumerate(pairs):
-            n = len(response)
-            if not n:
-                result.append(torch.zeros(0, dtype=torch.float32))
-                continue
-            # kept position k is input position width - keep + k; the response is predicted by the n before the last
-            rows = logits[i, keep - n - 1 : keep - 1].float() / temperature
-            targets = torch.tensor(response, dtype=torch.long, device=rows.device).view(-1, 1)
-            result.append(torch.log_softmax(rows, dim=-1).gather(1, targets).squeeze(1).cpu())
-        return result
+        # kept position k is input position width - keep + k; the response is predicted by the n before the last
+        return [logits[i, keep - len(response) - 1 : keep - 1] for i, (_prompt, response) in enumerate(pairs)]
 
     # ------------------------------------------------------------------ weights
 
@@ -456,6 +531,7 @@ class HFEngine(TextPrompts):
             "device": str(self.device),
             "version": self._version,
             "max_prompt_tokens": self.max_prompt_tokens,
+            "openai_api": self.openai_api(),
         }
 
     def load_state_dict(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
@@ -544,7 +620,8 @@ class HFEngine(TextPrompts):
             group.close()
 
     def shutdown(self) -> None:
-        """Leave the weight-sync group and free the model's device memory."""
+        """Stop the API server, leave the weight-sync group and free the model's device memory."""
+        self.stop_openai_api()
         self.close_weight_sync()
         with self._model_lock:
             self.model = None

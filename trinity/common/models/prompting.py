@@ -34,10 +34,16 @@ class TextPrompts:
         """Apply the chat template with a generation prompt to each conversation, then sample."""
         return self.generate_tokens([self.chat_prompt_tokens(c) for c in conversations], params)
 
-    def chat_prompt_tokens(self, conversation: Sequence[Mapping[str, str]]) -> list[int]:
-        """Return the token ids of ``conversation`` under the chat template, with the generation prompt."""
+    def chat_prompt_tokens(
+        self, conversation: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None
+    ) -> list[int]:
+        """Return the token ids of ``conversation`` under the chat template, with the generation prompt.
+
+        ``tools`` (OpenAI function specs) are rendered by templates that know them (Hermes, Qwen).
+        """
+        extra: dict[str, Any] = {"tools": [dict(t) for t in tools]} if tools else {}
         text = self.tokenizer.apply_chat_template(
             [dict(m) for m in conversation], add_generation_prompt=True, tokenize=False,
-            chat_template=self.chat_template,
+            chat_template=self.chat_template, **extra,
         )
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])

@@ -2,7 +2,8 @@
 
 The tokenizer is a byte-level BPE trained on a small synthetic corpus (digits,
 arithmetic, letters, common words, ChatML markers) and saved as a
-``PreTrainedTokenizerFast`` with a ChatML chat template and left padding.
+``PreTrainedTokenizerFast`` with a ChatML chat template (Hermes-style tool calls
+when given ``tools``) and left padding.
 The model is a Qwen2-architecture decoder with random weights. The folder is
 written atomically: built beside the target, then renamed into place.
 """
@@ -18,9 +19,29 @@ from pathlib import Path
 from trinity.common.config.schema import TinyModelConfig
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+#: ChatML; with ``tools``, Hermes-style tool calls (``<tool_call>`` JSON blocks, ``<tool_response>`` turns).
 CHAT_TEMPLATE = (
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
-    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    "{%- if tools %}<|im_start|>system\n"
+    "{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] }}\n\n{% endif %}"
+    "You can call these tools, each described by a JSON object:\n<tools>\n"
+    "{% for tool in tools %}{{ tool | tojson }}\n{% endfor %}</tools>\n"
+    "To call one, write its name and arguments as one JSON object between <tool_call> and </tool_call>:\n"
+    "<tool_call>\n{\"name\": \"<tool name>\", \"arguments\": {\"<argument>\": \"<value>\"}}\n</tool_call><|im_end|>\n"
+    "{% endif %}"
+    "{% for message in messages %}"
+    "{% if tools and loop.first and message['role'] == 'system' %}"
+    "{% elif message['role'] == 'tool' %}"
+    "<|im_start|>user\n<tool_response>\n{{ message['content'] }}\n</tool_response><|im_end|>\n"
+    "{% else %}"
+    "<|im_start|>{{ message['role'] }}\n{{ message['content'] }}"
+    "{% if message['tool_calls'] is defined and message['tool_calls'] %}{% for call in message['tool_calls'] %}"
+    "{% if message['content'] or not loop.first %}\n{% endif %}"
+    "<tool_call>\n{\"name\": {{ call['function']['name'] | tojson }}, "
+    "\"arguments\": {{ call['function']['arguments'] | tojson }}}\n</tool_call>"
+    "{% endfor %}{% endif %}<|im_end|>\n"
+    "{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 _WORDS = (
     "the a an is are what how many plus minus times answer question repeat letter word number sum total "

@@ -65,6 +65,7 @@ import torch
 
 from trinity import device
 from trinity.common.models.engine import Completion, SamplingParams
+from trinity.common.models.openai_api.serving import ServesOpenAI
 from trinity.common.models.prompting import TextPrompts
 from trinity.common.models.vllm_worker import WeightSyncExtension, clean_name, metas_to_rows, safetensors_files
 from trinity.device.assignment import SOURCE_CLAIMED
@@ -144,7 +145,7 @@ INSTALL_HINT = (
 )
 
 
-class VLLMEngine(TextPrompts):
+class VLLMEngine(TextPrompts, ServesOpenAI):
     """A vLLM-based rollout engine; see the module docstring."""
 
     #: The engine sets its devices' visibility itself (see :func:`~trinity.common.models.engines.engine_actor_options`).
@@ -175,6 +176,7 @@ class VLLMEngine(TextPrompts):
         chat_template: str | None = None,
         track_checksum: bool = False,
         executor_backend: str | None = None,
+        openai_api: Mapping[str, Any] | None = None,
     ) -> None:
         """Start vLLM on ``model_path``; raises VLLMEngineError for bad settings, vLLM's own errors otherwise.
 
@@ -234,6 +236,8 @@ class VLLMEngine(TextPrompts):
             raise
         logger.info("vLLM engine on %s: tp %d, executor %s", self.model_path, tensor_parallel_size,
                     self.executor_backend or "default")
+        if openai_api is not None:
+            self.start_openai_api(openai_api)  # the same server as the hf engine's, over generate_tokens
 
     @staticmethod
     def plan_kwargs(engine: Any, *, seed: int = 0, verify_checksums: bool = False) -> dict[str, Any]:
@@ -381,6 +385,7 @@ class VLLMEngine(TextPrompts):
             "device_type": device.get_device_type(),
             "version": self._version,
             "max_prompt_tokens": self.max_prompt_tokens,
+            "openai_api": self.openai_api(),
         }
 
     def device_assignments(self) -> list[dict[str, Any]]:
@@ -472,6 +477,7 @@ class VLLMEngine(TextPrompts):
         """Leave the weight-sync group, stop vLLM (its workers and processes) and the event loop; idempotent."""
         if self._closed:
             return
+        self.stop_openai_api()
         try:
             self._rpc("trinity_close_weight_sync", timeout=30)
         except Exception as exc:  # noqa: BLE001 - shutting down must go on

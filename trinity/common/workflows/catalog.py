@@ -31,6 +31,9 @@ BUILT_IN: dict[str, str] = {
     "math": f"{_W}.math:MathWorkflow",
     "toy_repeat": f"{_W}.toy:ToyRepeatWorkflow",
     "guess_number": f"{_W}.guess_number:GuessNumberWorkflow",
+    # agents on the engine's OpenAI API
+    "react_agent": f"{_W}.react:ReActWorkflow",
+    "frozen_lake_agent": f"{_W}.frozen_lake_agent:FrozenLakeAgentWorkflow",
     # upstream Trinity-RFT's built-in names
     "simple_workflow": f"{_W}.simple:SimpleWorkflow",
     "async_simple_workflow": f"{_W}.simple:SimpleWorkflow",

@@ -49,11 +49,31 @@ class EnginePlan:
     ignore_eos: bool = False
     #: ``transformers`` ``trust_remote_code``.
     trust_remote_code: bool = False
+    #: The OpenAI-compatible API each engine serves; None: none.
+    api: ApiPlan | None = None
 
     @property
     def devices(self) -> int:
         """Devices this group takes: ``engine_num * tensor_parallel_size``."""
         return self.engine_num * self.tensor_parallel_size
+
+
+@dataclass(frozen=True)
+class ApiPlan:
+    """The OpenAI-compatible API of an engine group."""
+
+    #: Address to bind; None: the node's Ray address.
+    host: str | None
+    #: First engine's port; 0: a free port each.
+    port: int
+    #: Record each workflow client's requests.
+    history: bool
+    #: ``tool_choice: auto`` allowed.
+    auto_tool_choice: bool
+    #: Tool-call parser name, or None.
+    tool_call_parser: str | None
+    #: Log each request.
+    log_requests: bool
 
 
 @dataclass(frozen=True)
@@ -125,7 +145,32 @@ def _engine(spec: InferenceModelConfig, model: ModelPlan, *, name: str, model_pa
         ),
         chat_template=spec.chat_template if spec.chat_template is not None else model.chat_template,
         ignore_eos=spec.ignore_eos, trust_remote_code=spec.trust_remote_code or model.trust_remote_code,
+        api=_api(spec, where),
     )
+
+
+def _api(spec: InferenceModelConfig, where: str) -> ApiPlan | None:
+    """Return the API plan of an engine group; raises ConfigError for settings that cannot work together."""
+    if not spec.enable_openai_api:
+        for key in ("enable_history", "enable_auto_tool_choice", "enable_log_requests"):
+            if getattr(spec, key):
+                raise ConfigError(f"{where}.{key}: applies to the OpenAI API; set {where}.enable_openai_api: true "
+                                  f"as well, or remove {key}")
+        return None
+    parser = spec.tool_call_parser
+    if parser is not None:
+        from trinity.common.models.openai_api.tool_calls import TOOL_CALL_PARSERS
+
+        if parser not in TOOL_CALL_PARSERS.names():
+            raise ConfigError(f"{where}.tool_call_parser: {parser!r} is not one of "
+                              f"{', '.join(TOOL_CALL_PARSERS.names())}")
+    if spec.enable_auto_tool_choice and parser is None:
+        raise ConfigError(f"{where}.enable_auto_tool_choice: needs {where}.tool_call_parser (e.g. hermes)")
+    if not 0 <= spec.api_port <= 65535:
+        raise ConfigError(f"{where}.api_port: {spec.api_port} is not a port (0 for a free one)")
+    return ApiPlan(host=spec.api_host or None, port=spec.api_port, history=spec.enable_history,
+                   auto_tool_choice=spec.enable_auto_tool_choice, tool_call_parser=parser,
+                   log_requests=spec.enable_log_requests)
 
 
 def resolve_explorer(config: Config, model: ModelPlan) -> ExplorerPlan:

@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 
 from trinity.common.config.schema.fields import inert, refused, refused_values
 
-_AGENTIC = "OpenAI-compatible serving from the engines is not supported yet; remove the key"
 _SERVE = "used by mode serve, which is not supported"
 
 
@@ -64,18 +63,25 @@ class InferenceModelConfig:
     chat_template: str | None = None
     #: Passed to chat templates that know it.
     enable_thinking: bool | None = None
-    #: Record every request served (agent workflows).
-    enable_history: bool = refused(False, _AGENTIC)
-    #: Serve an OpenAI-compatible API.
-    enable_openai_api: bool = refused(False, _AGENTIC)
-    #: Log the API's requests.
-    enable_log_requests: bool = refused(False, _AGENTIC)
-    #: Let the API pick tools.
-    enable_auto_tool_choice: bool = refused(False, _AGENTIC)
-    #: Tool-call parser of the API.
-    tool_call_parser: str | None = refused(None, _AGENTIC)
+    #: Record the OpenAI API requests of each workflow's client, so the workflow can turn them into
+    #: experiences (``engine.extract_experience_from_history()``); needs ``enable_openai_api``.
+    enable_history: bool = False
+    #: Serve an OpenAI-compatible API (``/v1/chat/completions``, ``/v1/completions``, ``/v1/models``) from
+    #: each engine; workflows get clients with ``engine.get_openai_client()``.
+    enable_openai_api: bool = False
+    #: Log each API request (sizes and settings, not the text) at INFO.
+    enable_log_requests: bool = False
+    #: Let requests use ``tool_choice: auto`` (needs ``tool_call_parser``).
+    enable_auto_tool_choice: bool = False
+    #: How tool calls are read from replies: ``hermes`` (Hermes / Qwen2.5 ``<tool_call>`` JSON blocks).
+    tool_call_parser: str | None = None
     #: Reasoning parser of the API.
-    reasoning_parser: str | None = refused(None, _AGENTIC)
+    reasoning_parser: str | None = refused(None, "reasoning parsers are not supported yet; remove the key")
+    #: (trinity-rft) Address the API binds; null (default): the node's Ray address (reachable from other
+    #: nodes), ``127.0.0.1``: this node only.
+    api_host: str | None = None
+    #: (trinity-rft) Port of the first engine's API (engine i takes port + i); 0 (default): a free port each.
+    api_port: int = 0
     #: (trinity-rft) hf engine: rows per generate call at most; null (default): a training step's rows per engine
     #: (``buffer.batch_size * algorithm.repeat_times / engine_num``), at least 32 and at most 256.
     max_batch_size: int | None = None

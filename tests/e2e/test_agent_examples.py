@@ -1,0 +1,107 @@
+"""The agent recipes under examples/agents run GRPO steps end to end: engine API, agent, history, trainer.
+
+The random tiny model never calls a tool, so a second ReAct run uses a copy
+taught to call the calculator and then answer (tests/models/teach.py): the
+tool calls, the tool results and the rewards then really flow through a
+``trinity run`` (engine actor with its HTTP server, runner threads with
+``openai`` clients, multi-step GRPO on the recorded calls).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.models.teach import teach_replies
+from trinity.common.config import load_config
+from trinity.common.config.plan.run import resolve_run
+from trinity.common.models.tiny import build_tiny_model
+from trinity.common.workflows.react import SYSTEM_PROMPT, TOOLS
+from trinity.launcher import run_plan
+
+REPO = Path(__file__).resolve().parents[2]
+STEPS = 2
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    import ray
+
+    from tests.trainer.support import start_ray
+
+    started = start_ray()
+    yield tmp_path_factory.mktemp("agents")
+    if started:
+        ray.shutdown()
+
+
+def run_recipe(recipe: str, root: Path, monkeypatch: pytest.MonkeyPatch, **overrides: Any) -> list[dict[str, Any]]:
+    monkeypatch.chdir(REPO)
+    monkeypatch.setenv("TRINITY_CHECKPOINT_ROOT_DIR", str(root))
+    config = load_config(REPO / "examples" / "agents" / recipe, {
+        "trainer.total_steps": STEPS, "buffer.total_steps": STEPS, "monitor.progress": False,
+        "monitor.plot": False, "monitor.monitor_type": "none", "cluster.cpus_per_bundle": 0.5, **overrides,
+    })
+    plan = resolve_run(config)
+    assert run_plan(plan) == 0
+    lines = (plan.run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def phase(records: list[dict[str, Any]], name: str) -> list[dict[str, float]]:
+    chosen = [r for r in records if r["phase"] == name]
+    assert [r["step"] for r in chosen] == list(range(1, STEPS + 1))
+    return [r["metrics"] for r in chosen]
+
+
+def test_react_agent_with_the_random_model(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    records = run_recipe("react/react.yaml", root, monkeypatch)
+    for metrics in phase(records, "train"):
+        assert math.isfinite(metrics["loss"])
+    for metrics in phase(records, "explore"):
+        # 2 tasks x 4 episodes, at least one call each (more when a reply happens to parse as a call)
+        assert metrics["explore/stored_experiences"] >= 8
+        assert metrics["explore/answered/mean"] + metrics["explore/tool_calls/mean"] > 0
+
+
+def test_react_agent_that_calls_the_calculator(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tasks = [json.loads(line) for line in (REPO / "examples/agents/react/tasks.jsonl").read_text().splitlines()]
+    chats = []
+    for task in tasks[:2]:  # the first step's tasks
+        a, op, b = task["question"].removeprefix("What is ").removesuffix("?").split()
+        expression = f"{a} {'+' if op == 'plus' else '-' if op == 'minus' else '*'} {b}"
+        ask = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": task["question"]}]
+        call = json.dumps({"name": "calculator", "arguments": {"expression": expression}})
+        chats.append((ask, f"<tool_call>\n{call}\n</tool_call>"))
+        answered = [*ask, {"role": "assistant", "content": "", "tool_calls": [
+            {"type": "function", "function": {"name": "calculator", "arguments": {"expression": expression}}}]},
+            {"role": "tool", "content": task["answer"]}]
+        chats.append((answered, f"The answer is {task['answer']}."))
+    base = build_tiny_model(root / "agents" / "tiny-model")
+    taught = teach_replies(base, root / "react-taught", chats, tools=TOOLS, steps=300)
+    records = run_recipe("react/react.yaml", root, monkeypatch, **{
+        "model.model_path": str(taught), "name": "react-taught",
+        "buffer.explorer_input.taskset.rollout_args.temperature": 0.7,
+    })
+    first = phase(records, "explore")[0]
+    assert first["explore/tool_calls/mean"] > 0.5  # the taught model calls the calculator
+    assert first["explore/tool_errors/mean"] < 0.5  # with expressions the calculator can evaluate
+    assert first["explore/accuracy/mean"] > 0.5  # and answers with the tool's result
+    assert first["explore/reward_mean"] == pytest.approx(first["explore/accuracy/mean"])
+    assert first["explore/stored_experiences"] >= 12  # most of the 8 episodes: a call, then the answer
+    for metrics in phase(records, "train"):
+        assert math.isfinite(metrics["loss"])
+
+
+def test_frozen_lake_agent(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    records = run_recipe("frozen_lake/frozen_lake.yaml", root, monkeypatch)
+    for metrics in phase(records, "train"):
+        assert math.isfinite(metrics["loss"])
+    for metrics in phase(records, "explore"):
+        assert metrics["explore/stored_experiences"] >= 8  # one per move, at least one move per episode
+        assert 1 <= metrics["explore/replies/mean"] <= 3
