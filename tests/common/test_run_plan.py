@@ -232,3 +232,31 @@ def test_the_openai_api_settings_become_the_engine_groups_api_plan() -> None:
     ]:
         with pytest.raises(ConfigError, match=message):
             make_plan(overrides)
+
+
+def test_an_external_auxiliary_model_takes_no_device_and_needs_its_url_variable(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    judge = {"name": "judge", "engine_type": "external",
+             "external_model_config": {"base_url_env": "TEST_JUDGE_URL", "model_name": "gpt-judge"}}
+    monkeypatch.delenv("TEST_JUDGE_URL", raising=False)
+    with pytest.raises(ConfigError, match=r"^explorer\.auxiliary_models\[0\]\.external_model_config\.base_url_env: "
+                                          r"the environment variable TEST_JUDGE_URL is not set"):
+        make_plan({"explorer.auxiliary_models": [judge]})
+    monkeypatch.setenv("TEST_JUDGE_URL", "http://judge.example/v1")
+    (aux,) = make_plan({"explorer.auxiliary_models": [judge]}).explorer.auxiliary
+    assert aux.external is not None and aux.external.model_name == "gpt-judge" and aux.devices == 0
+    assert aux.external.api_key_env == "OPENAI_API_KEY"
+    with pytest.raises(ConfigError, match=r"^explorer\.rollout_model\.engine_type: 'external' is not one of auto, "
+                                          r"vllm, hf$"):  # the policy is trained here: it runs on the run's engines
+        make_plan({"explorer.rollout_model.engine_type": "external"})
+
+
+def test_mode_serve_needs_the_openai_api() -> None:
+    with pytest.raises(ConfigError, match=r"^mode: serve serves the rollout engines' OpenAI API; set "
+                                          r"explorer\.rollout_model\.enable_openai_api: true$"):
+        make_plan({"mode": "serve"})
+    plan = make_plan({"mode": "serve", "explorer.rollout_model.enable_openai_api": True})
+    assert plan.uses_explorer and not plan.uses_trainer and plan.buffer.experience is None
+    with pytest.raises(ConfigError, match=r"service_status_check_interval: .* at least 1, got 0"):
+        make_plan({"mode": "serve", "explorer.rollout_model.enable_openai_api": True,
+                   "explorer.service_status_check_interval": 0})

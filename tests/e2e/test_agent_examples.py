@@ -105,3 +105,31 @@ def test_frozen_lake_agent(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for metrics in phase(records, "explore"):
         assert metrics["explore/stored_experiences"] >= 8  # one per move, at least one move per episode
         assert 1 <= metrics["explore/replies/mean"] <= 3
+
+
+def test_an_external_judge_scores_the_answers_and_is_not_trained_on(root: Path, monkeypatch: pytest.MonkeyPatch
+                                                                     ) -> None:
+    """The judge is an OpenAI endpoint outside the run (here an hf engine's server in this process)."""
+    from trinity.common.models.hf_engine import HFEngine
+
+    base = build_tiny_model(root / "agents" / "tiny-model")
+    judge = HFEngine(str(base), torch_threads=1, openai_api={
+        "host": "127.0.0.1", "port": 0, "model_names": ["judge-model"], "max_prompt_tokens": 1024,
+        "context_length": 2048, "default_max_tokens": 8, "history": True})
+    try:
+        monkeypatch.setenv("JUDGE_URL", judge.openai_api()["base_url"])
+        records = run_recipe("react/react.yaml", root, monkeypatch, **{
+            "name": "react-judged",
+            "explorer.auxiliary_models": [{"name": "judge", "engine_type": "external", "external_model_config": {
+                "base_url_env": "JUDGE_URL", "model_name": "judge-model"}}],
+            "buffer.explorer_input.taskset.workflow_args": {"max_env_steps": 2, "judge": "judge"},
+        })
+        served = judge._api_server.served
+        assert judge.take_history("any")[0] == [] and len(judge._api_history) == 0  # nothing of it recorded
+    finally:
+        judge.shutdown()
+    explore = phase(records, "explore")
+    assert served == STEPS * 2 * 4  # one verdict per episode: 2 tasks x 4 episodes a step
+    for metrics in explore:
+        assert metrics["explore/reward_mean"] == pytest.approx(metrics["explore/accuracy/mean"])
+    assert explore[0]["explore/stored_experiences"] >= 8  # the rollout model's calls only

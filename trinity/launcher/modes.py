@@ -14,9 +14,10 @@ def _modes() -> dict[str, Callable[[Session], None]]:
     from trinity.launcher.bench import run_bench
     from trinity.launcher.both import run_both
     from trinity.launcher.explore import run_explore
+    from trinity.launcher.serve import run_serve
     from trinity.launcher.train import run_train
 
-    return {"both": run_both, "explore": run_explore, "train": run_train, "bench": run_bench}
+    return {"both": run_both, "explore": run_explore, "train": run_train, "bench": run_bench, "serve": run_serve}
 
 
 def run_plan(plan: RunPlan) -> int:

@@ -75,6 +75,8 @@ def place(plan: RunPlan, layout: Layout) -> Placement:
                 name=f"{prefix}/engine-{index}",
             ))
         for aux in plan.explorer.auxiliary if layout.engines else ():
+            if aux.external is not None:  # nothing of the run serves it
+                continue
             placement.auxiliary_groups[aux.name] = [create_placement_group(
                 aux.tensor_parallel_size, layout.resource_key, layout.cpus_per_bundle, per_node,
                 name=f"{prefix}/{aux.name}-{index}",

@@ -41,11 +41,12 @@ ROLES_BY_MODE: dict[str, tuple[str, ...]] = {
     "train": ("train",),
     "both": ("explore", "train"),
     "bench": ("bench",),
+    "serve": ("serve",),
 }
 #: The roles a multi-stage run holds on its top folder for all its stages.
 ALL_ROLES: tuple[str, ...] = ("explore", "train")
 #: Every role a run folder can have a lock file for.
-LOCK_ROLES: tuple[str, ...] = ("explore", "train", "bench")
+LOCK_ROLES: tuple[str, ...] = ("explore", "train", "bench", "serve")
 
 
 class RunFolderBusyError(BadInputError):

@@ -53,7 +53,7 @@ def fresh_run_dir(plan: RunPlan) -> RunPlan:
     ``<name>_<YYYYmmddHHMMSS>`` (mode bench always reads the existing folder).
     """
     folder = plan.run_dir
-    if plan.config.continue_from_checkpoint or plan.mode == "bench":
+    if plan.config.continue_from_checkpoint or plan.mode in ("bench", "serve"):
         return plan
     if not folder.is_dir() or not any(not is_lock_file(entry) for entry in folder.iterdir()):
         return plan

@@ -44,6 +44,11 @@ def start_engines(session: Session, placement: Any = None) -> EngineSet:
                                                         options_for=options_for))
     try:
         for aux in plan.explorer.auxiliary:
+            if aux.external is not None:
+                from trinity.common.models.external import ExternalEndpoint
+
+                engines.auxiliary[aux.name] = [ExternalEndpoint(aux.name, aux.external)]
+                continue
             kind = layout.engine_type if aux.engine_type == "auto" else aux.engine_type
             engines.auxiliary[aux.name] = create_engines(
                 plan, kind, engine=aux,

@@ -69,7 +69,8 @@ def resolve_precision(plan: RunPlan, backend: Backend) -> Precision:
     dtype = _check(backend, requested, "explorer.rollout_model")
     if plan.uses_explorer:
         for index, aux in enumerate(plan.explorer.auxiliary):
-            _check(backend, aux.dtype, f"explorer.auxiliary_models[{index}] ({aux.name})")
+            if aux.external is None:  # an external endpoint computes elsewhere
+                _check(backend, aux.dtype, f"explorer.auxiliary_models[{index}] ({aux.name})")
     return Precision(backend=backend.name, requested=requested, dtype=dtype, support=backend.supported_dtypes(),
                      attention=backend.attention_implementation(dtype))
 

@@ -130,6 +130,8 @@ def _preflight(plan: RunPlan, strict: bool, checker: Callable[..., str | None],
     if critic is not None and critic.path != plan.model.path:
         report(check_model_path(critic.path, "model.critic_model_path", tokenizer=False), critic.path)
     for aux in plan.explorer.auxiliary:
+        if aux.external is not None:  # served elsewhere: its model_path is a name at the endpoint
+            continue
         report(check_model_path(aux.model_path, f"explorer.auxiliary_models ({aux.name}).model_path"), aux.model_path)
     buffer = plan.buffer
     for taskset in [t for t in (buffer.train_taskset, *buffer.eval_tasksets) if t is not None]:

@@ -231,7 +231,7 @@ class EngineClient:
             self.session = headers[SESSION_HEADER]
         timeout = None if self.deadline is None else max(1.0, self.deadline - time.monotonic())
         self.api_used = True
-        return {"base_url": f"{api['url']}/v1", "api_key": "EMPTY", "default_headers": headers,
+        return {"base_url": api["base_url"], "api_key": api.get("api_key", "EMPTY"), "default_headers": headers,
                 "timeout": timeout, "max_retries": 0}
 
     def get_openai_client(self) -> Any:

@@ -6,7 +6,10 @@ parentheses) and ``lookup`` (a key in the task's ``facts`` object, else in
 the workflow's ``facts`` argument). Each model reply either calls tools (their
 results go back as ``tool`` messages) or is the final answer; an episode ends
 at the answer or after ``max_env_steps`` replies. Reward 1 when the answer's
-last number equals the task's answer, else 0.
+last number equals the task's answer, else 0; with ``judge: <name>``, 1 when
+that auxiliary model (an engine of the run or an external endpoint) says
+"yes" to the question, the reference and the answer (its calls are not
+trained on).
 
 Task records: ``question`` (the prompt key), ``answer``, optionally ``facts``.
 Config: ``enable_openai_api``, ``enable_history``, ``enable_auto_tool_choice``
@@ -26,7 +29,7 @@ from typing import Any
 
 from trinity.common.models.engine import SamplingParams
 from trinity.common.workflows.agent import AgentWorkflow, Episode
-from trinity.common.workflows.base import Task
+from trinity.common.workflows.base import Task, WorkflowError
 
 SYSTEM_PROMPT = (
     "You answer questions step by step. Use the calculator for arithmetic and lookup for facts; "
@@ -92,10 +95,25 @@ class ReActWorkflow(AgentWorkflow):
 
     def __init__(self, sampling: SamplingParams | None = None, *, experience_mode: str = "step",
                  max_env_steps: int = 4, facts: Mapping[str, Any] | None = None,
-                 system_prompt: str = SYSTEM_PROMPT) -> None:
+                 system_prompt: str = SYSTEM_PROMPT, judge: str | None = None) -> None:
         super().__init__(sampling, experience_mode=experience_mode, max_env_steps=max_env_steps)
         self.facts = dict(facts or {})
         self.system_prompt = system_prompt
+        #: Name of the auxiliary model that judges the answer (None: compare numbers).
+        self.judge = judge
+
+    def judged_correct(self, task: Task, answer: str | None) -> bool:
+        """Ask the judge model (through its OpenAI client) whether ``answer`` answers ``task``; True on "yes"."""
+        if self.judge not in self.auxiliary:
+            raise WorkflowError(f"react_agent: judge {self.judge!r} is not an auxiliary model of this run; "
+                                f"known: {sorted(self.auxiliary) or 'none'} (explorer.auxiliary_models[].name)")
+        client = self.auxiliary[self.judge].get_openai_client()  # type: ignore[attr-defined]
+        verdict = client.chat.completions.create(model=client.model_path, temperature=0, max_tokens=8, messages=[
+            {"role": "system", "content": "You check answers. Reply yes or no."},
+            {"role": "user", "content": f"Question: {task.prompt}\nReference answer: {task.answer}\n"
+                                        f"Given answer: {answer}\nIs the given answer correct?"},
+        ])
+        return "yes" in (verdict.choices[0].message.content or "").lower()
 
     def use_tool(self, name: str, arguments: str, task: Task) -> str:
         """Run tool ``name`` with its JSON ``arguments`` and return what the model is told."""
@@ -131,7 +149,7 @@ class ReActWorkflow(AgentWorkflow):
                 calls += 1
                 failed += result.startswith("error:")
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
-        correct = answer_matches(answer, task.answer)
+        correct = self.judged_correct(task, answer) if self.judge else answer_matches(answer, task.answer)
         return Episode(1.0 if correct else 0.0, {
             "answer": answer, "tool_calls": calls,
             "metrics": {"tool_calls": float(calls), "tool_errors": float(failed), "answered": float(answer is not None),

@@ -51,11 +51,25 @@ class EnginePlan:
     trust_remote_code: bool = False
     #: The OpenAI-compatible API each engine serves; None: none.
     api: ApiPlan | None = None
+    #: ``engine_type: external``: the endpoint (no engine is started); None otherwise.
+    external: ExternalPlan | None = None
 
     @property
     def devices(self) -> int:
-        """Devices this group takes: ``engine_num * tensor_parallel_size``."""
-        return self.engine_num * self.tensor_parallel_size
+        """Devices this group takes: ``engine_num * tensor_parallel_size`` (none for an external endpoint)."""
+        return 0 if self.external is not None else self.engine_num * self.tensor_parallel_size
+
+
+@dataclass(frozen=True)
+class ExternalPlan:
+    """An OpenAI-compatible endpoint outside the run (its URL and key are read from the environment when used)."""
+
+    #: Environment variable holding the base URL.
+    base_url_env: str
+    #: Environment variable holding the API key.
+    api_key_env: str
+    #: Model name at the endpoint.
+    model_name: str
 
 
 @dataclass(frozen=True)
@@ -124,8 +138,17 @@ def _engine(spec: InferenceModelConfig, model: ModelPlan, *, name: str, model_pa
     if dtype is None:
         raise ConfigError(f"{where}.dtype: {spec.dtype!r} is not one of {', '.join(sorted(set(DTYPES)))}")
     engine_type = spec.engine_type.strip().lower()
+    if engine_type == "external":  # auxiliary models only: config rules keep the rollout model's to auto/vllm/hf
+        external = _external(spec, where)
+        return EnginePlan(
+            name=name, model_path=model_path or external.model_name, engine_type="external", engine_num=1,
+            tensor_parallel_size=1, dtype=dtype, seed=spec.seed, max_model_len=model.max_model_len or 0,
+            max_prompt_tokens=0, max_response_tokens=0, gpu_memory_utilization=0.0, enforce_eager=False,
+            enable_prefix_caching=False, enable_chunked_prefill=False, max_batch_size=1, chat_template=None,
+            external=external,
+        )
     if engine_type not in ("auto", "vllm", "hf"):
-        raise ConfigError(f"{where}.engine_type: {spec.engine_type!r} is not one of auto, vllm, hf")
+        raise ConfigError(f"{where}.engine_type: {spec.engine_type!r} is not one of auto, vllm, hf, external")
     if spec.engine_num < 1 or spec.tensor_parallel_size < 1:
         raise ConfigError(f"{where}: engine_num and tensor_parallel_size must be at least 1")
     length, prompt, response, _ = resolve_lengths(
@@ -147,6 +170,21 @@ def _engine(spec: InferenceModelConfig, model: ModelPlan, *, name: str, model_pa
         ignore_eos=spec.ignore_eos, trust_remote_code=spec.trust_remote_code or model.trust_remote_code,
         api=_api(spec, where),
     )
+
+
+def _external(spec: InferenceModelConfig, where: str) -> ExternalPlan:
+    """Return the endpoint of an external auxiliary model; raises ConfigError when its URL variable is unset."""
+    import os
+
+    endpoint = spec.external_model_config
+    if not os.environ.get(endpoint.base_url_env):
+        raise ConfigError(f"{where}.external_model_config.base_url_env: the environment variable "
+                          f"{endpoint.base_url_env} is not set; set it to the endpoint's base URL "
+                          "(https://host/v1)")
+    name = endpoint.model_name or spec.model_path
+    if not name:
+        raise ConfigError(f"{where}.external_model_config.model_name: required (the model's name at the endpoint)")
+    return ExternalPlan(base_url_env=endpoint.base_url_env, api_key_env=endpoint.api_key_env, model_name=name)
 
 
 def _api(spec: InferenceModelConfig, where: str) -> ApiPlan | None:
@@ -188,13 +226,13 @@ def resolve_explorer(config: Config, model: ModelPlan) -> ExplorerPlan:
     names: set[str] = set()
     for index, spec in enumerate(explorer.auxiliary_models):
         where = f"explorer.auxiliary_models[{index}]"
-        if not spec.model_path:
+        if not spec.model_path and spec.engine_type.strip().lower() != "external":
             raise ConfigError(f"{where}.model_path: required (the auxiliary model's folder)")
         name = spec.name or f"auxiliary_{index}"
         if name in names:
             raise ConfigError(f"{where}.name: {name!r} is used twice; give each auxiliary model its own name")
         names.add(name)
-        auxiliary.append(_engine(spec, model, name=name, model_path=spec.model_path, where=where,
+        auxiliary.append(_engine(spec, model, name=name, model_path=spec.model_path or "", where=where,
                                  step_rows=step_rows))
     if explorer.max_repeat_times_per_runner is not None and explorer.max_repeat_times_per_runner < 1:
         raise ConfigError("explorer.max_repeat_times_per_runner: must be at least 1 (or unset)")

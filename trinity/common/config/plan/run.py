@@ -122,7 +122,7 @@ class RunPlan:
     @property
     def uses_explorer(self) -> bool:
         """Whether the run starts rollout engines."""
-        return self.mode in ("both", "explore", "bench")
+        return self.mode in ("both", "explore", "bench", "serve")
 
     @property
     def uses_trainer(self) -> bool:
@@ -242,7 +242,7 @@ def _buffer(config: Config, model: ModelPlan, training: Any, notes: list[str]) -
         dataset = resolve_dataset(trainer_input.experience_buffer, where, schema, buffer.total_epochs)  # type: ignore[arg-type]
         dataset = dataclasses.replace(dataset, format=with_chat_template(dataset.format, model.chat_template,
                                                                          model.enable_thinking))
-    elif config.mode != "bench":
+    elif config.mode not in ("bench", "serve"):
         spec = trainer_input.experience_buffer
         if spec is None:
             from trinity.common.config.schema import ExperienceBufferConfig
@@ -385,6 +385,13 @@ def _resolve(config: Config, stage: tuple[int, int, str] | None) -> RunPlan:
     buffer = _buffer(config, model, training, notes)
     _check_names(buffer, training)
     explorer = resolve_explorer(config, model)
+    if config.mode == "serve":
+        if explorer.rollout.api is None:
+            raise ConfigError("mode: serve serves the rollout engines' OpenAI API; set "
+                              "explorer.rollout_model.enable_openai_api: true")
+        if config.explorer.service_status_check_interval < 1:
+            raise ConfigError("explorer.service_status_check_interval: mode serve looks for published weights every "
+                              f"N seconds; N must be at least 1, got {config.explorer.service_status_check_interval}")
     rollout_temperature = (buffer.train_taskset.sampling["temperature"] if buffer.train_taskset is not None
                            else config.model.temperature)
     trainer = resolve_trainer(config, verl, dtype=model.dtype, max_model_len=model.max_model_len,

@@ -22,6 +22,7 @@ from trinity.common.config.schema.buffer import (
 from trinity.common.config.schema.explorer import (
     DynamicTimeoutConfig,
     ExplorerConfig,
+    ExternalEndpointConfig,
     InferenceModelConfig,
     OverRolloutConfig,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "ExperiencePipelineConfig",
     "ExplorerConfig",
     "ExplorerInput",
+    "ExternalEndpointConfig",
     "ExternalModelConfig",
     "FormatConfig",
     "GenerationConfig",

@@ -6,7 +6,19 @@ from dataclasses import dataclass, field
 
 from trinity.common.config.schema.fields import inert, refused, refused_values
 
-_SERVE = "used by mode serve, which is not supported"
+_SERVE = "upstream's serve-mode proxy is not built: each engine serves its own API (see <run>/serve.json)"
+
+
+@dataclass
+class ExternalEndpointConfig:
+    """Where an ``engine_type: external`` auxiliary model is served (an OpenAI-compatible endpoint; upstream)."""
+
+    #: Environment variable holding the endpoint's base URL (``https://host/v1``).
+    base_url_env: str = "OPENAI_BASE_URL"
+    #: Environment variable holding the API key (unset: ``EMPTY``).
+    api_key_env: str = "OPENAI_API_KEY"
+    #: Model name at the endpoint; default the auxiliary model's ``model_path``.
+    model_name: str | None = None
 
 
 @dataclass
@@ -20,11 +32,14 @@ class InferenceModelConfig:
     #: Allow the model's own code.
     trust_remote_code: bool = False
     #: ``vllm`` (accelerators), ``hf`` (transformers, any device) or ``auto``: vllm on an accelerator
-    #: backend, hf where tensors live on the host CPU (the CPU backend, a CPU-backed vendor device).
+    #: backend, hf where tensors live on the host CPU (the CPU backend, a CPU-backed vendor device);
+    #: ``external`` (auxiliary models only): an OpenAI-compatible endpoint outside the run
+    #: (``external_model_config``), reached through ``get_openai_client()``.
     engine_type: str = refused_values("auto", {
         "tinker": "the Tinker service is not supported; use vllm or hf",
-        "external": "external OpenAI-compatible engines are not supported yet; use vllm or hf",
     })
+    #: The endpoint of an ``engine_type: external`` auxiliary model.
+    external_model_config: ExternalEndpointConfig = field(default_factory=ExternalEndpointConfig)
     #: Engines.
     engine_num: int = 1
     #: Devices per engine (tensor parallel size; vllm only).
@@ -145,8 +160,8 @@ class ExplorerConfig:
     proxy_port: int = inert(8010, _SERVE)
     #: Serve-mode listen address (upstream).
     listen_address: str = inert("0.0.0.0", _SERVE)
-    #: Serve-mode health-check interval (upstream).
-    service_status_check_interval: int = inert(60, _SERVE)
+    #: Mode serve: seconds between looks for newly published weights (upstream's health-check interval).
+    service_status_check_interval: int = 60
     #: Serve-mode minimum of running models (upstream).
     min_running_model_num: int = inert(1, _SERVE)
     #: Serve-mode history database (upstream).

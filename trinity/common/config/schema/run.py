@@ -160,9 +160,9 @@ class StageConfig:
 class Config:
     """A whole run."""
 
-    #: ``both`` (explore and train), ``explore``, ``train`` or ``bench`` (evaluate checkpoints).
+    #: ``both`` (explore and train), ``explore``, ``train``, ``bench`` (evaluate checkpoints) or ``serve`` (the
+    #: rollout engines' OpenAI API until stopped, loading published weights).
     mode: str = refused_values("both", {
-        "serve": "mode serve needs OpenAI-compatible serving, not supported yet; use both, explore, train or bench",
         "colocate": "mode colocate (explorer and trainer sharing one device) is not supported; use both with two "
         "devices",
     })

@@ -97,6 +97,9 @@ class ApiServer:
         self._thread: threading.Thread | None = None
         self._socket: socket.socket | None = None
         self.url = ""
+        #: Completion requests answered (``/health`` reports it).
+        self.served = 0
+        self._served_lock = threading.Lock()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -159,7 +162,7 @@ class ApiServer:
     async def _health(self, request: Any) -> Any:
         from starlette.responses import JSONResponse
 
-        return JSONResponse({"status": "ok", "model_version": self.engine.model_version()})
+        return JSONResponse({"status": "ok", "model_version": self.engine.model_version(), "requests": self.served})
 
     async def _models(self, request: Any) -> Any:
         from starlette.responses import JSONResponse
@@ -460,6 +463,8 @@ class ApiServer:
                     self.engine.forget_incoming()
 
         payload, events = await asyncio.get_running_loop().run_in_executor(self._pool, run)
+        with self._served_lock:
+            self.served += 1
         if events is None:
             return JSONResponse(payload)
 

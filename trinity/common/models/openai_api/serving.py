@@ -81,10 +81,14 @@ class ServesOpenAI:
         return url
 
     def openai_api(self) -> dict[str, Any] | None:
-        """Return ``{"url", "history", "model_names"}`` of this engine's API, or None when it serves none."""
+        """Return ``{"url", "base_url", "history", "model_names"}`` of this engine's API, or None without one.
+
+        ``url`` is the server (``/health``), ``base_url`` what OpenAI clients take (``url`` + ``/v1``).
+        """
         if self._api_server is None or self._api_options is None:
             return None
-        return {"url": self._api_server.url, "history": bool(self._api_options.get("history", False)),
+        return {"url": self._api_server.url, "base_url": f"{self._api_server.url}/v1",
+                "history": bool(self._api_options.get("history", False)),
                 "model_names": list(self._api_server.settings.model_names)}
 
     def take_history(self, session: str, clear: bool = True) -> tuple[list[RequestRecord], int]:
