@@ -293,39 +293,3 @@ def test_online_receive_loads_the_broadcast_weights(fresh_engine: HFEngine) -> N
     assert {name: p.data_ptr() for name, p in fresh_engine.model.named_parameters()} == storage  # loaded in place
     expected = {**new, "lm_head.weight": new["model.embed_tokens.weight"]}
     assert fresh_engine.state_dict_checksum() == state_dict_checksum(expected)
-
-
-def test_weights_that_fit_a_bucket_are_received_during_a_generation_and_loaded_after_it(
-        fresh_engine: HFEngine) -> None:
-    """The broadcast does not wait for the generation in flight (the trainer goes on); the engine keeps
-    sampling with the old weights and reports their version until that generation ends, then loads the new."""
-    from trinity.weight_transport import WeightSyncGroup, find_free_port, state_dict_metas
-
-    info = WeightSyncGroupInfo(
-        master_addr="127.0.0.1", master_port=find_free_port("127.0.0.1"), world_size=2, rank_offset=1,
-        group_name="test-hf-staged", backend="gloo", timeout_s=30.0,
-    )
-    before = fresh_engine.state_dict_checksum()
-    old_version = fresh_engine.model_version()
-    new = perturbed(fresh_engine, seed=4)
-    thread = threading.Thread(target=fresh_engine.init_weight_sync, args=(info, 1))
-    thread.start()
-    trainer = WeightSyncGroup.create(info)
-    thread.join(timeout=30)
-    try:
-        metas = state_dict_metas(new)
-        with fresh_engine._model_lock:  # a generation in flight holds the model
-            receiver = threading.Thread(target=fresh_engine.receive_weights, args=(metas, 6, 8 << 20))
-            receiver.start()
-            trainer.broadcast_state_dict(new, 8 << 20)
-            receiver.join(timeout=30)
-            assert not receiver.is_alive(), "the receive waited for the generation"
-            assert fresh_engine.model_version() == old_version  # still sampling with the old weights
-            assert state_dict_checksum(fresh_engine.model.state_dict()) == before
-        completion = fresh_engine.generate(["What is 1 plus 1?"], SamplingParams(max_tokens=2))[0][0]
-        assert completion.model_version == 6  # loaded before the next generation
-    finally:
-        trainer.close()
-    expected = {**new, "lm_head.weight": new["model.embed_tokens.weight"]}
-    assert fresh_engine.state_dict_checksum() == state_dict_checksum(expected)
-

@@ -55,7 +55,6 @@ from trinity.common.models.engine import Completion, SamplingParams
 from trinity.common.models.openai_api.serving import ServesOpenAI
 from trinity.common.models.prompting import TextPrompts
 from trinity.common.models.sampling import LogprobRecorder
-from trinity.weight_transport.buckets import metas_bytes
 from trinity.weight_transport.protocol import TensorMeta, WeightSyncGroupInfo
 
 logger = logging.getLogger(__name__)
@@ -195,9 +194,6 @@ class HFEngine(TextPrompts, ServesOpenAI):
         )
         self._version = int(version)
         self._model_lock = threading.Lock()
-        #: Weights received aside and not loaded yet: ``({id(target): (target, value)}, version)`` or None.
-        self._staged: tuple[dict[int, tuple[torch.Tensor, torch.Tensor]], int] | None = None
-        self._staged_lock = threading.Lock()
         self._pending_lock = threading.Lock()
         self._pending: list[_Request] = []
         #: API requests accepted and not yet handed to generate_tokens (see note_incoming).
@@ -282,7 +278,6 @@ class HFEngine(TextPrompts, ServesOpenAI):
                 self._await_incoming()
                 with self._pending_lock:
                     batch, self._pending = self._pending, []
-                self._apply_staged()
                 self._serve(batch)
         if request.error is not None:
             raise request.error
@@ -443,7 +438,6 @@ class HFEngine(TextPrompts, ServesOpenAI):
         scale = float(temperature) if temperature > 0 else 1.0
         out: list[torch.Tensor] = [torch.zeros(0)] * len(pairs)
         with self._model_lock:
-            self._apply_staged()
             for chunk in self._score_chunks(pairs):
                 for i, scores in zip(chunk, self._score([pairs[i] for i in chunk], scale), strict=True):
                     out[i] = scores
@@ -478,7 +472,6 @@ class HFEngine(TextPrompts, ServesOpenAI):
             return [[] for _ in pair[1]]
         scale = float(temperature) if temperature > 0 else 1.0
         with self._model_lock, torch.no_grad():
-            self._apply_staged()
             rows = self._response_logits([pair])[0].float() / scale
             values, ids = torch.log_softmax(rows, dim=-1).topk(k, dim=-1)
         return [list(zip(i, v, strict=True)) for i, v in zip(ids.tolist(), values.tolist(), strict=True)]
@@ -524,12 +517,7 @@ class HFEngine(TextPrompts, ServesOpenAI):
     # ------------------------------------------------------------------ weights
 
     def model_version(self) -> int:
-        """Return the version of the weights generation uses now (received weights count once loaded)."""
-        if self._staged is not None and self._model_lock.acquire(blocking=False):
-            try:
-                self._apply_staged()
-            finally:
-                self._model_lock.release()
+        """Return the version of the weights currently loaded."""
         return self._version
 
     def describe(self) -> dict[str, Any]:
@@ -573,7 +561,6 @@ class HFEngine(TextPrompts, ServesOpenAI):
                 "are trainer and engine loading the same architecture?"
             )
         with self._model_lock, torch.no_grad():
-            self._apply_staged()  # older than these
             for target, value in plan:
                 target.copy_(value.to(device=target.device, dtype=target.dtype))
             self._version = int(version)
@@ -643,12 +630,8 @@ class HFEngine(TextPrompts, ServesOpenAI):
     def receive_weights(self, metas: Sequence[TensorMeta], version: int, bucket_bytes: int) -> None:
         """Receive the trainer's broadcast of ``metas`` (rank 0) into the model's parameters and set the version.
 
-        Weights that fit in one bucket are received aside at once, without
-        waiting for a generation in flight (the trainer goes on), and loaded
-        before the next generation, scoring or checksum (:meth:`_apply_staged`;
-        until then the engine reports the version it samples with). Larger
-        ones land in the parameters in place (no copy of the whole model is
-        held; see ``WeightSyncGroup.receive_into``): generation waits
+        The buckets land in the parameters in place (no copy of the whole
+        model is held; see ``WeightSyncGroup.receive_into``); generation waits
         meanwhile, and the version reads ``UNKNOWN_VERSION`` until the last
         bucket is in. Metas naming tensors the model lacks (or with other
         shapes) are received aside and refused by :meth:`load_state_dict`,
@@ -664,38 +647,10 @@ class HFEngine(TextPrompts, ServesOpenAI):
             device.synchronize()
             self.load_state_dict(received, version)
             return
-        if metas_bytes(metas) <= bucket_bytes:  # a copy costs no more than the bucket a sync may add
-            device.synchronize()
-            received = self._sync_group.receive_state_dict(list(metas), bucket_bytes, self.device)
-            device.synchronize()
-            with self._staged_lock:
-                staged = self._staged[0] if self._staged is not None else {}
-                for meta, target in zip(metas, targets, strict=True):
-                    staged[id(target)] = (target, received[meta.name])
-                self._staged = (staged, int(version))
-            if self._model_lock.acquire(blocking=False):  # no generation in flight: load now
-                try:
-                    self._apply_staged()
-                finally:
-                    self._model_lock.release()
-            return
         with self._model_lock, torch.no_grad():
-            self._apply_staged()
             self._version = UNKNOWN_VERSION  # a broadcast failing midway leaves a mix of old and new weights
             self._sync_group.receive_into(list(metas), bucket_bytes, targets)
             self._version = int(version)
-
-    @torch.no_grad()
-    def _apply_staged(self) -> None:
-        """Load weights received aside (model lock held) and take their version; no-op when none wait."""
-        with self._staged_lock:
-            staged, self._staged = self._staged, None
-        if staged is None:
-            return
-        pairs, version = staged
-        for target, value in pairs.values():
-            target.copy_(value)
-        self._version = version
 
     def _receive_targets(self, metas: Sequence[TensorMeta]) -> list[torch.Tensor] | None:
         """Return the model's own tensor for each meta (detached, shared storage), or None when one does not fit."""
@@ -711,5 +666,4 @@ class HFEngine(TextPrompts, ServesOpenAI):
     def state_dict_checksum(self) -> str:
         """Return the checksum of the loaded weights (:func:`trinity.common.models.checksum.state_dict_checksum`)."""
         with self._model_lock:
-            self._apply_staged()
             return state_dict_checksum(self.model.state_dict())
