@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,18 +25,6 @@ from trinity.launcher import run_plan
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 2
-
-
-@pytest.fixture(scope="module")
-def root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    import ray
-
-    from tests.trainer.support import start_ray
-
-    started = start_ray()
-    yield tmp_path_factory.mktemp("agents")
-    if started:
-        ray.shutdown()
 
 
 def run_recipe(recipe: str, root: Path, monkeypatch: pytest.MonkeyPatch, **overrides: Any) -> list[dict[str, Any]]:
