@@ -267,6 +267,25 @@ def test_bench_evaluates_the_start_and_every_checkpoint(trained_run: dict[str, A
     assert phase(run_dir, "train", before) == [] and phase(run_dir, "explore", before) == []
 
 
+def test_serve_takes_the_newest_of_the_published_weights_and_the_checkpoints(trained_run: dict[str, Any],
+                                                                           tmp_path: Path) -> None:
+    """What mode serve loads (``newest_weights``): the train job published step 2 and checkpointed steps 1, 2."""
+    from trinity.launcher.serve import newest_weights
+    from trinity.trainer.checkpoint import CheckpointDir
+
+    run_dir: Path = trained_run["run_dir"]
+    checkpoints = CheckpointDir(run_dir / "checkpoints")
+    published = run_dir / "sync_weights"
+    assert newest_weights(published, checkpoints, 0, set()) == ("published", published.resolve(), 2)
+    assert newest_weights(published, checkpoints, 2, set()) is None  # nothing newer than what is loaded
+    nothing_published = tmp_path / "sync_weights"
+    assert newest_weights(nothing_published, checkpoints, 0, set()) == ("checkpoint", run_dir / "checkpoints" /
+                                                                        "step-2", 2)
+    assert newest_weights(nothing_published, checkpoints, 0, {2}) == ("checkpoint", run_dir / "checkpoints" /
+                                                                      "step-1", 1)  # step 2 was found damaged
+    assert newest_weights(nothing_published, checkpoints, 1, {2}) is None
+
+
 def test_bench_without_eval_tasks_is_a_config_error(tmp_path: Path, tiny_model: Path) -> None:
     import ray
 
