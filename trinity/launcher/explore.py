@@ -55,6 +55,22 @@ def published_weights(sync_path: Path) -> tuple[Path, int] | None:
     return None if version is None else (folder, version)
 
 
+def missing_explore_row(run_dir: Path, state_file: Path) -> tuple[int, dict[str, float]] | None:
+    """Return ``(step, metrics)`` of the explorer state's last step when ``<run>/metrics.jsonl`` lacks its row."""
+    from trinity.monitor import METRICS_FILE, PHASE_EXPLORE, load_records
+
+    if not state_file.is_file():
+        return None
+    row = json.loads(state_file.read_text(encoding="utf-8")).get("row")
+    if not row:
+        return None
+    step = int(row["step"])
+    path = run_dir / METRICS_FILE
+    if path.is_file() and any(r.phase == PHASE_EXPLORE and r.step == step for r in load_records(path)):
+        return None
+    return step, {str(k): float(v) for k, v in row["metrics"].items()}
+
+
 def pad_token_id_of(session: Session) -> int:
     """Return the pad token id of the run's tokenizer."""
     from trinity.trainer.trainer import pad_token_id
@@ -69,9 +85,11 @@ def run_explore(session: Session) -> None:
     the engines hold (a ``train`` job published them), every engine loads them,
     so the batch's experiences carry that ``model_version``. Each batch goes
     through the pipeline and into the buffer in one write; then the task
-    position is saved in ``<run>/explorer_state.json``, so the same command
-    continues after the last written batch (a job killed between the two
-    re-explores that one batch). At the end the buffer is closed: a ``train``
+    position is saved in ``<run>/explorer_state.json`` at once, so the same
+    command continues after the last stored batch (only a job killed between
+    the store's commit and the state's rename explores that one batch again).
+    The state carries the step's metrics row, logged by the next job when the
+    killed one did not live to log it. At the end the buffer is closed: a ``train``
     job reading it trains on what is left, then stops.
     """
     from trinity.buffer import TaskScheduler, make_storage
@@ -116,6 +134,9 @@ def _explore(session: Session, tasks: Any, storage: Any, state_file: Path) -> No
         # a train job may log into the same file: a marker supersedes the explorer's rows only
         if tasks.position.step:  # continuing after the explorer state of an earlier run
             monitor.mark_resume(tasks.position.step, scope=(PHASE_EXPLORE, PHASE_EVAL))
+            missing = missing_explore_row(session.run_dir, state_file)
+            if missing is not None:  # the earlier job stored its last batch and died before logging it
+                monitor.log(missing[1], step=missing[0], phase=PHASE_EXPLORE)
         elif logged_before(session.run_dir, (PHASE_EXPLORE, PHASE_EVAL)):  # a killed run's rows, explored again
             monitor.mark_resume(0, scope=(PHASE_EXPLORE, PHASE_EVAL))
         write_device_record(session, engines=engines)
@@ -165,11 +186,12 @@ def _explore_batches(
         pipeline.write_step(result.experiences, batch=step, dropped_groups=dropped)
         metrics = explore_metrics(result, result.experiences)
         metrics["explore/model_version"] = float(loaded)
-        # the row before the state: a run killed between the two explores the step again and logs it anew
+        # the state right after the batch is stored, so a killed job never explores a stored batch again; it
+        # carries the step's row, which a job killed before logging it leaves for the next one to log
+        state = {"tasks": tasks.state_dict(), "model_version": loaded, "row": {"step": step + 1, "metrics": metrics}}
+        write_text_atomic(state_file, json.dumps(state, indent=2, sort_keys=True) + "\n")
         monitor.log(metrics, step=step + 1, phase=PHASE_EXPLORE)
         monitor.flush()
-        state = {"tasks": tasks.state_dict(), "model_version": loaded}
-        write_text_atomic(state_file, json.dumps(state, indent=2, sort_keys=True) + "\n")
         if recovery.prepare(scheduler.dead_engines):
             recovery.admit()
             loaded = 0  # a fresh engine holds model.model_path: every engine loads the published weights again
