@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from trinity.common.models.engine import SamplingParams
@@ -70,7 +70,6 @@ class CompletionRequest:
     logprobs: int | None = None
     stream: bool = False
     include_usage: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def decode_body(raw: bytes) -> dict[str, Any]:
