@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.processes import kill_session
 from trinity.common.config import parse_config
 from trinity.common.config.plan.run import resolve_run
 from trinity.launcher import run_plan
@@ -122,7 +122,12 @@ def run_cli(config_file: Path, log: Path, *, verbose: bool = False) -> subproces
 
 
 def kill_when(process: subprocess.Popen[bytes], log: Path, ready: Callable[[], bool], limit: float = 300) -> None:
-    """SIGKILL ``process`` and everything it started once ``ready()``; fail if it ended before that."""
+    """SIGKILL ``process`` and everything it started once ``ready()``, and wait for all of it to be gone.
+
+    Fail if it ended before ``ready()``. Its Ray workers lead process groups
+    of their own, so the whole session is killed: a worker left running could
+    save a checkpoint after the caller has looked at the run folder.
+    """
     deadline = time.monotonic() + limit
     try:
         while time.monotonic() < deadline:
@@ -131,7 +136,7 @@ def kill_when(process: subprocess.Popen[bytes], log: Path, ready: Callable[[], b
             time.sleep(0.05)
         assert process.poll() is None, f"the first run ended early:\n{log.read_text()[-3000:]}"
     finally:
-        os.killpg(process.pid, signal.SIGKILL)  # the driver and the local Ray cluster it started, at once
+        kill_session(process.pid)  # the driver, the local Ray cluster it started and its workers
         process.wait(30)
 
 

@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests.processes import session_pids
+
 REPO = Path(__file__).resolve().parents[2]
 SFT_DATA = REPO / "examples" / "data" / "sft" / "messages"
 #: Where the fault-injecting ``sitecustomize`` lives (put first on a run's PYTHONPATH to arm it).
@@ -96,21 +98,6 @@ def armed(env: dict[str, str], **faults: Any) -> dict[str, str]:
     """Return ``env`` with the fault injector first on PYTHONPATH and ``faults`` (see its module) set."""
     path = os.pathsep.join(p for p in (str(INJECTOR), os.environ.get("PYTHONPATH", "")) if p)
     return {**env, "PYTHONPATH": path, **{f"TRINITY_FAULT_{k.upper()}": json.dumps(v) for k, v in faults.items()}}
-
-
-def session_pids(session: int) -> list[int]:
-    """Return the live processes of the session ``session`` (a run's driver, its Ray cluster, its workers)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[3]) == session and fields[0] != "Z":
-            pids.append(int(entry.name))
-    return pids
 
 
 def finish(process: subprocess.Popen[bytes], log: Path, timeout: float = 300) -> tuple[int, str]:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -15,6 +13,7 @@ import yaml
 
 from tests.e2e.test_run_both import job_config, run_cli
 from tests.faults.ledger import FaultLedger
+from tests.processes import kill_session
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +30,7 @@ def started() -> Iterator[list[subprocess.Popen[bytes]]]:
     yield runs
     for run in runs:
         if run.poll() is None:
-            os.killpg(run.pid, signal.SIGKILL)
+            kill_session(run.pid)
             run.wait(30)
 
 
@@ -104,7 +103,7 @@ def test_a_second_run_is_refused_and_a_killed_owners_lock_is_taken_over(
     assert first.poll() is None, "the owner keeps running"
     assert "Traceback" not in output
 
-    os.killpg(first.pid, signal.SIGKILL)
+    kill_session(first.pid)
     fault_ledger.kill("driver")
     first.wait(30)
     assert holder_pid(run_dir / "train.lock") == first.pid, "a killed owner leaves its record behind"

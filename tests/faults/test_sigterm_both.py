@@ -14,7 +14,7 @@ import yaml
 
 from tests.e2e.test_run_both import job_config, records, run_cli
 from tests.faults.ledger import FaultLedger
-from tests.faults.operator_view import session_pids
+from tests.processes import session_pids
 
 STEPS = 5
 
