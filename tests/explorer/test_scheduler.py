@@ -133,6 +133,26 @@ def test_toy_tasks_on_an_in_process_engine(shared_engine: HFEngine, tmp_path) ->
     assert 0.0 <= result.metrics["reward_mean"] < 0.5
 
 
+def test_attempts_started_together_join_one_cohort_per_engine(shared_engine: HFEngine, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from tests.models.test_cohorts import Recorder
+
+    records = [json.loads(line) for line in write_toy_tasks(tmp_path / "t.jsonl", 5).read_text().splitlines()]
+    tasks = [Task(prompt=r["question"], answer=r["answer"], index=i, repeat_times=2, workflow="toy_repeat")
+             for i, r in enumerate(records)]
+    engines = [Recorder(shared_engine), Recorder(shared_engine)]
+    result = Scheduler(engines, runners_per_engine=3, sampling=SamplingParams(max_tokens=4)).run(tasks)
+    assert not result.failures
+    # runners 0..4 of the first burst use engines 0, 1, 0, 1, 0
+    assert [(size, method) for _, size, method in engines[0].joins] == [(3, "chat")] * 3
+    assert [(size, method) for _, size, method in engines[1].joins] == [(2, "chat")] * 2
+    assert len({name for name, _, _ in engines[0].joins}) == 1 and len({name for name, _, _ in engines[1].joins}) == 1
+    assert engines[0].joins[0][0] != engines[1].joins[0][0]
+    again = Scheduler(engines, runners_per_engine=3).run(tasks[:1])
+    assert not again.failures and engines[0].joins[-1][1] == 1 and engines[0].joins[-1][0] != engines[0].joins[0][0]
+
+
 def _probe(index: int, key: str, *, repeat_times: int = 1, run_id_offset: int = 0, **args: object) -> Task:
     return Task(prompt=f"p{index}", index=index, workflow="test_probe", repeat_times=repeat_times,
                 run_id_offset=run_id_offset, workflow_args={"key": key, **args})

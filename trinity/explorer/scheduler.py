@@ -6,7 +6,8 @@ and two runners each, tasks 0, 1, 2, 3 start on A, B, A, B. Each runner runs
 one task at a time, in a thread of this process; workflows call their engine
 through an :class:`~trinity.common.models.client.EngineClient`, which works
 the same for Ray actor engines (``engine.generate.remote``) and in-process
-engines.
+engines. The attempts started together form a cohort per engine (see
+:mod:`trinity.common.models.cohorts`): the engine serves their first calls as one batch.
 
 Every task attempt has a deadline (``timeout`` seconds). An attempt that
 raises, or outlives its deadline, is retried up to ``max_retries`` times
@@ -37,7 +38,8 @@ import queue
 import threading
 import time
 import traceback
-from collections import deque
+import uuid
+from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -320,6 +322,7 @@ class Scheduler:
         while pending or running:
             if enough_at is not None and time.monotonic() - enough_at >= wait_after_min:
                 break  # over-rollout: the groups still running are abandoned
+            burst: list[tuple[int, _Attempt]] = []
             while pending and free:
                 picked = self._pick(pending, free)
                 if picked is None:
@@ -330,10 +333,16 @@ class Scheduler:
                 attempt_id = next(self._ids)
                 running[attempt_id] = attempt
                 counts["attempts"] += 1
-                client = self.clients[attempt.engine].bind(attempt.deadline, attempt.cancelled)
+                burst.append((attempt_id, attempt))
+            # the attempts started together form one cohort per engine, which the engine serves as one batch
+            sizes = Counter(attempt.engine for _, attempt in burst)
+            names = {engine: uuid.uuid4().hex for engine in sizes}
+            for attempt_id, attempt in burst:
+                client = self.clients[attempt.engine].bind(
+                    attempt.deadline, attempt.cancelled, cohort=(names[attempt.engine], sizes[attempt.engine]))
                 threading.Thread(
-                    target=self._attempt, args=(attempt_id, tasks[position], client, done),
-                    name=f"trinity-runner-{slot}", daemon=True,
+                    target=self._attempt, args=(attempt_id, tasks[attempt.position], client, done),
+                    name=f"trinity-runner-{attempt.slot}", daemon=True,
                 ).start()
             horizon = float("inf") if enough_at is None else enough_at + wait_after_min
             wait = max(0.0, min(min((a.deadline for a in running.values()), default=horizon), horizon)

@@ -111,6 +111,8 @@ class EngineClient:
     _facts: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
     #: This copy's session on the engine's OpenAI API (its requests are recorded under it); new per bind.
     session: str = dataclasses.field(default="", repr=False)
+    #: ``(name, size)`` of the burst of attempts this one was started with (see ``trinity.common.models.cohorts``).
+    cohort: tuple[str, int] | None = dataclasses.field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.remote = is_actor(self.engine)
@@ -118,10 +120,28 @@ class EngineClient:
         self.api_used = False
         #: Copies made by :meth:`fork` (their sessions are dropped with this one's).
         self.forks: list[EngineClient] = []
+        #: Whether the next sampling call still has to join :attr:`cohort`.
+        self._joins_cohort = self.cohort is not None
 
-    def bind(self, deadline: float | None, cancelled: threading.Event | None = None) -> EngineClient:
-        """Return a client of the same engine whose calls respect ``deadline`` and ``cancelled`` (a new session)."""
-        return dataclasses.replace(self, deadline=deadline, cancelled=cancelled, session=uuid.uuid4().hex)
+    def _sampling_call(self, method: str, *args: Any) -> Any:
+        """Call sampling ``method``; the first such call of a copy in a cohort joins it (``in_cohort``)."""
+        if self._joins_cohort:
+            self._joins_cohort = False
+            if "in_cohort" not in self._facts:
+                self._facts["in_cohort"] = hasattr(self.engine, "in_cohort")
+            if self._facts["in_cohort"]:
+                assert self.cohort is not None
+                return self.call("in_cohort", self.cohort[0], self.cohort[1], method, *args)
+        return self.call(method, *args)
+
+    def bind(self, deadline: float | None, cancelled: threading.Event | None = None,
+             cohort: tuple[str, int] | None = None) -> EngineClient:
+        """Return a client of the same engine whose calls respect ``deadline`` and ``cancelled`` (a new session).
+
+        ``cohort``: the ``(name, size)`` of the attempts started with this one; its first sampling call joins it.
+        """
+        return dataclasses.replace(self, deadline=deadline, cancelled=cancelled, session=uuid.uuid4().hex,
+                                   cohort=cohort)
 
     def fork(self) -> EngineClient:
         """Return a client of the same engine and deadline with an OpenAI API session of its own.
@@ -129,7 +149,7 @@ class EngineClient:
         Agents playing episodes side by side take one each, so each episode's
         requests are recorded apart; :meth:`drop_history` drops the forks' too.
         """
-        child = dataclasses.replace(self, session=uuid.uuid4().hex)
+        child = dataclasses.replace(self, session=uuid.uuid4().hex, cohort=None)
         self.forks.append(child)
         return child
 
@@ -166,15 +186,17 @@ class EngineClient:
         self, conversations: Sequence[Sequence[Mapping[str, str]]], params: SamplingParams
     ) -> list[list[Completion]]:
         """Sample completions of chat conversations (see ``InferenceEngine.chat``)."""
-        return self.call("chat", [[dict(m) for m in c] for c in conversations], params)  # type: ignore[no-any-return]
+        return self._sampling_call(  # type: ignore[no-any-return]
+            "chat", [[dict(m) for m in c] for c in conversations], params)
 
     def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[list[Completion]]:
         """Sample completions of raw prompts (see ``InferenceEngine.generate``)."""
-        return self.call("generate", list(prompts), params)  # type: ignore[no-any-return]
+        return self._sampling_call("generate", list(prompts), params)  # type: ignore[no-any-return]
 
     def generate_tokens(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:
         """Sample completions of prompts given as token ids (multi-turn rollouts)."""
-        return self.call("generate_tokens", [list(p) for p in prompts], params)  # type: ignore[no-any-return]
+        return self._sampling_call(  # type: ignore[no-any-return]
+            "generate_tokens", [list(p) for p in prompts], params)
 
     def model_version(self) -> int:
         """Return the engine's weights version."""

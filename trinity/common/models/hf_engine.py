@@ -22,7 +22,10 @@ distribution actually sampled from.
 Concurrent calls (threads in-process, or a Ray actor created with
 ``max_concurrency > 1``) are combined: while one batch runs, new requests
 queue, and the next thread to get the model serves all queued requests with
-equal sampling settings as one batch. A request with a ``seed`` is served on
+equal sampling settings as one batch. The serving thread first waits
+``batch_wait_ms`` for company, and longer while a cohort of calls the explorer
+started together still misses members (:mod:`~trinity.common.models.cohorts`;
+``in_cohort``). A request with a ``seed`` is served on
 its own, after seeding the device's generators, so it is reproducible.
 
 As a Ray actor: ``ray.remote(HFEngine).options(max_concurrency=...).remote(model_path, ...)``
@@ -51,6 +54,7 @@ import torch
 
 from trinity import device
 from trinity.common.models.checksum import state_dict_checksum
+from trinity.common.models.cohorts import COHORT_METHODS, Cohorts
 from trinity.common.models.engine import Completion, SamplingParams
 from trinity.common.models.openai_api.serving import ServesOpenAI
 from trinity.common.models.prompting import TextPrompts
@@ -198,6 +202,7 @@ class HFEngine(TextPrompts, ServesOpenAI):
         self._pending: list[_Request] = []
         #: API requests accepted and not yet handed to generate_tokens (see note_incoming).
         self._incoming = 0
+        self._cohorts = Cohorts()
         self._sync_group: Any = None
         device.manual_seed(seed)
         if openai_api is not None:
@@ -243,11 +248,27 @@ class HFEngine(TextPrompts, ServesOpenAI):
         with self._pending_lock:
             self._incoming = max(0, self._incoming - 1)
 
+    def in_cohort(self, cohort: str, size: int, method: str, *args: Any) -> Any:
+        """Call sampling ``method`` with ``args`` as a member of ``cohort`` (of ``size``; see the module docstring).
+
+        Raises EngineError for a method that does not sample or a size below 1.
+        """
+        if method not in COHORT_METHODS or size < 1:
+            raise EngineError(
+                f"in_cohort takes one of {', '.join(sorted(COHORT_METHODS))} and a size of at least 1, "
+                f"got {method!r} and {size}")
+        self._cohorts.enter(cohort, size)
+        try:
+            return getattr(self, method)(*args)
+        finally:
+            self._cohorts.leave()
+
     def generate_tokens(self, prompts: Sequence[Sequence[int]], params: SamplingParams, *,
                         incoming: bool = False) -> list[list[Completion]]:
         """Sample ``params.n`` completions for each prompt given as token ids (multi-turn rollouts use this).
 
         Before serving, a batch waits ``batch_wait_ms`` for concurrent requests,
+        then for the missing members of the cohorts it holds (:meth:`in_cohort`),
         then for the API requests still being prepared (:meth:`note_incoming`;
         at most :attr:`incoming_wait_s`). ``incoming``: this call hands over
         such a request.
@@ -263,8 +284,11 @@ class HFEngine(TextPrompts, ServesOpenAI):
                     raise EngineError(f"prompt {i} is empty; give at least one token")
             if not request.prompts:
                 return []
+            member = self._cohorts.take_current()
             with self._pending_lock:
                 self._pending.append(request)
+                if member is not None:
+                    self._cohorts.arrived(*member)
                 if incoming:
                     self._incoming = max(0, self._incoming - 1)
                     queued = True
@@ -275,6 +299,7 @@ class HFEngine(TextPrompts, ServesOpenAI):
             if not request.done:
                 if self.batch_wait_s:
                     time.sleep(self.batch_wait_s)  # let the other runners of this step join the batch
+                self._await_cohorts()
                 self._await_incoming()
                 with self._pending_lock:
                     batch, self._pending = self._pending, []
@@ -286,6 +311,15 @@ class HFEngine(TextPrompts, ServesOpenAI):
 
     #: Seconds a batch waits at most for API requests still being prepared.
     incoming_wait_s: float = 0.05
+
+    def _await_cohorts(self) -> None:
+        """Wait (model lock held) while a cohort misses members (bounded per cohort) and the batch is not full."""
+        while self._cohorts.waiting():
+            with self._pending_lock:
+                rows = sum(len(r.prompts) * r.params.n for r in self._pending)
+            if rows >= self.max_batch_size:
+                return
+            time.sleep(0.0005)
 
     def _await_incoming(self) -> None:
         """Wait (model lock held) until no API request is being prepared, or :attr:`incoming_wait_s` passed."""
