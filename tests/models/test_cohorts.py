@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.models.tiny_fixtures import record_batches
 from trinity.common.models.client import EngineClient
 from trinity.common.models.cohorts import Cohorts
 from trinity.common.models.engine import SamplingParams
@@ -70,15 +71,7 @@ def staggered(engine: HFEngine, calls: list[Any], gap_s: float) -> list[Any]:
 def spied(tiny_model: Path) -> tuple[HFEngine, list[int]]:
     """A fresh engine (batches of at most 16 rows) and the row count of each generate call it makes."""
     engine = HFEngine(str(tiny_model), max_batch_size=16, torch_threads=1)
-    sizes: list[int] = []
-    original = engine._sample
-
-    def spy(prompts, params):  # type: ignore[no-untyped-def]
-        sizes.append(len(prompts))
-        return original(prompts, params)
-
-    engine._sample = spy  # type: ignore[method-assign]
-    return engine, sizes
+    return engine, record_batches(engine)
 
 
 def test_spread_arrivals_of_a_cohort_are_one_generate_call(spied: tuple[HFEngine, list[int]]) -> None:

@@ -11,6 +11,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from tests.models.tiny_fixtures import record_batches
 from trinity.common.models.checksum import state_dict_checksum
 from trinity.common.models.engine import InferenceEngine, SamplingParams
 from trinity.common.models.hf_engine import EngineError, HFEngine
@@ -139,30 +140,16 @@ def test_prompts_are_truncated_from_the_left(tiny_model: Path) -> None:
 
 def test_batches_are_chunked_by_max_batch_size(tiny_model: Path) -> None:
     engine = HFEngine(str(tiny_model), max_batch_size=4, torch_threads=1)
-    sizes: list[int] = []
-    original = engine._sample
-
-    def spy(prompts, params):  # type: ignore[no-untyped-def]
-        sizes.append(len(prompts))
-        return original(prompts, params)
-
-    engine._sample = spy  # type: ignore[method-assign]
+    sizes = record_batches(engine)
     out = engine.chat([CONV, LONG_CONV, CONV], SamplingParams(n=3, max_tokens=3))
     assert sizes == [4, 4, 1]
     assert [len(p) for p in out] == [3, 3, 3]
 
 
 def test_concurrent_requests_are_combined_into_one_batch(shared_engine: HFEngine) -> None:
-    calls: list[int] = []
-    original = shared_engine._sample
-
-    def spy(prompts, params):  # type: ignore[no-untyped-def]
-        calls.append(len(prompts))
-        return original(prompts, params)
-
     convs = [[{"role": "user", "content": f"Repeat the letter {letter}."}] for letter in "abcd"]
     results: dict[int, list] = {}
-    shared_engine._sample = spy  # type: ignore[method-assign]
+    calls = record_batches(shared_engine)
     try:
         with shared_engine._model_lock:  # a batch is "running": the four requests queue up
             threads = [

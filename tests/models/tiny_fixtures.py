@@ -26,3 +26,19 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def shared_engine(tiny_model: Path) -> Iterator[HFEngine]:
     """An in-process engine whose weights no test changes."""
     yield HFEngine(str(tiny_model), max_batch_size=16, torch_threads=1)
+
+
+def record_batches(engine: HFEngine) -> list[int]:
+    """Spy on ``engine``'s generate calls: return the list it appends each call's row count to.
+
+    ``del engine._sample`` restores the engine's own method.
+    """
+    sizes: list[int] = []
+    original = engine._sample
+
+    def spy(prompts, params):  # type: ignore[no-untyped-def]
+        sizes.append(len(prompts))
+        return original(prompts, params)
+
+    engine._sample = spy  # type: ignore[method-assign]
+    return sizes
