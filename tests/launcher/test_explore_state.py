@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from trinity.launcher.explore import missing_explore_row
+from trinity.launcher.restored_row import missing_explore_row
 
 
 def write_rows(run_dir: Path, *rows: tuple[str, int]) -> None:

@@ -55,22 +55,6 @@ def published_weights(sync_path: Path) -> tuple[Path, int] | None:
     return None if version is None else (folder, version)
 
 
-def missing_explore_row(run_dir: Path, state_file: Path) -> tuple[int, dict[str, float]] | None:
-    """Return ``(step, metrics)`` of the explorer state's last step when ``<run>/metrics.jsonl`` lacks its row."""
-    from trinity.monitor import METRICS_FILE, PHASE_EXPLORE, load_records
-
-    if not state_file.is_file():
-        return None
-    row = json.loads(state_file.read_text(encoding="utf-8")).get("row")
-    if not row:
-        return None
-    step = int(row["step"])
-    path = run_dir / METRICS_FILE
-    if path.is_file() and any(r.phase == PHASE_EXPLORE and r.step == step for r in load_records(path)):
-        return None
-    return step, {str(k): float(v) for k, v in row["metrics"].items()}
-
-
 def pad_token_id_of(session: Session) -> int:
     """Return the pad token id of the run's tokenizer."""
     from trinity.trainer.trainer import pad_token_id
@@ -128,7 +112,7 @@ def _explore(session: Session, tasks: Any, storage: Any, state_file: Path) -> No
         scheduler = scheduler_for(session, engines)
         monitor = monitor_for(session, session.plan.buffer.total_steps)
         stack.callback(monitor.close)
-        from trinity.launcher.restored_row import logged_before
+        from trinity.launcher.restored_row import logged_before, missing_explore_row
         from trinity.monitor.keys import PHASE_EVAL, PHASE_EXPLORE
 
         # a train job may log into the same file: a marker supersedes the explorer's rows only

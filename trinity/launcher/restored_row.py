@@ -1,5 +1,5 @@
-"""Metric rows across a kill: the train row of a checkpoint's step that the run which saved it did not live to
-log, and the rows of a killed run that a rerun from scratch supersedes.
+"""Metric rows across a kill: the train row of a checkpoint's step (or the explore row of a stored batch) that
+the run which saved it did not live to log, and the rows of a killed run that a rerun from scratch supersedes.
 
 A checkpoint is saved inside its training step, before the step's metrics
 are logged; a run killed in between leaves the step trained and saved but
@@ -9,10 +9,11 @@ checkpoint carries the step's metrics, so the resumed run logs the row.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
-from trinity.monitor import METRICS_FILE, PHASE_TRAIN, load_records
+from trinity.monitor import METRICS_FILE, PHASE_EXPLORE, PHASE_TRAIN, load_records
 
 
 def missing_train_row(run_dir: Path, resumed: dict[str, Any]) -> dict[str, float] | None:
@@ -25,12 +26,32 @@ def missing_train_row(run_dir: Path, resumed: dict[str, Any]) -> dict[str, float
 
     saved = (resumed.get("extra") or {}).get(STEP_METRICS)
     path = run_dir / METRICS_FILE
-    if not saved or not path.is_file():
-        return None
-    step = int(resumed["step"])
-    if any(r.phase == PHASE_TRAIN and r.step == step for r in load_records(path)):
+    if not saved or not path.is_file() or _logged(path, PHASE_TRAIN, int(resumed["step"])):
         return None
     return {str(key): float(value) for key, value in saved.items()}
+
+
+def missing_explore_row(run_dir: Path, state_file: Path) -> tuple[int, dict[str, float]] | None:
+    """Return ``(step, metrics)`` of the explorer state's last step when ``<run>/metrics.jsonl`` lacks its row.
+
+    Mode explore writes its state, with the step's row, right after storing
+    the batch and before logging the row (see ``run_explore``).
+    """
+    if not state_file.is_file():
+        return None
+    row = json.loads(state_file.read_text(encoding="utf-8")).get("row")
+    if not row:
+        return None
+    step = int(row["step"])
+    path = run_dir / METRICS_FILE
+    if path.is_file() and _logged(path, PHASE_EXPLORE, step):
+        return None
+    return step, {str(k): float(v) for k, v in row["metrics"].items()}
+
+
+def _logged(path: Path, phase: str, step: int) -> bool:
+    """Return True when the metrics file ``path`` holds a row of ``phase`` for ``step``."""
+    return any(r.phase == phase and r.step == step for r in load_records(path))
 
 
 def logged_before(run_dir: Path, phases: tuple[str, ...] | None = None) -> bool:
