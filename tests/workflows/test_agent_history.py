@@ -35,3 +35,5 @@ def test_calls_that_continue_each_other_join_and_the_rest_stand_alone() -> None:
     assert joined.info["turns"] == 3 and joined.model_version == 2  # the oldest weights that wrote a reply
     assert alone.tokens.tolist() == [1, 2, 3, 9, 10] and alone.info["turns"] == 1
     assert forked.tokens.tolist() == [1, 2, 3, 4, 50, 51, 99] and forked.prompt_length == 6
+    # where each later episode departed from the closest one before it
+    assert "split_at" not in joined.info and alone.info["split_at"] == 3 and forked.info["split_at"] == 6

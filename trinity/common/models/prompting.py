@@ -41,9 +41,20 @@ class TextPrompts:
 
         ``tools`` (OpenAI function specs) are rendered by templates that know them (Hermes, Qwen).
         """
+        return self.text_tokens(self.chat_text(conversation, tools))
+
+    def chat_text(
+        self, conversation: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None,
+        add_generation_prompt: bool = True,
+    ) -> str:
+        """Return ``conversation`` rendered by the chat template (with ``tools``; the generation prompt if asked)."""
         extra: dict[str, Any] = {"tools": [dict(t) for t in tools]} if tools else {}
-        text = self.tokenizer.apply_chat_template(
-            [dict(m) for m in conversation], add_generation_prompt=True, tokenize=False,
+        text: str = self.tokenizer.apply_chat_template(
+            [dict(m) for m in conversation], add_generation_prompt=add_generation_prompt, tokenize=False,
             chat_template=self.chat_template, **extra,
         )
+        return text
+
+    def text_tokens(self, text: str) -> list[int]:
+        """Return the token ids of ``text`` (special-token markup in it becomes those tokens; nothing is added)."""
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])

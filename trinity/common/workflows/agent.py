@@ -28,6 +28,7 @@ environment's messages go to the model, its replies to the environment.
 
 from __future__ import annotations
 
+import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +39,8 @@ from trinity.common.models.engine import SamplingParams
 from trinity.common.workflows.base import Task, Workflow, WorkflowError
 from trinity.common.workflows.history import episode_experiences, experiences_from_records
 from trinity.common.workflows.multi_turn import Environment
+
+logger = logging.getLogger(__name__)
 
 EXPERIENCE_MODES = ("step", "episode")
 
@@ -92,10 +95,14 @@ class AgentWorkflow(Workflow):
             futures = [pool.submit(self._play, session, task, number) for number, session in enumerate(sessions)]
             episodes = [future.result() for future in futures]
         experiences: list[Experience] = []
+        splits: list[tuple[int, int, int]] = []  # (episode, experiences, token of the first split)
         for number, (session, episode) in enumerate(zip(sessions, episodes, strict=True)):
             records = session.history()
             if self.experience_mode == "episode":
                 made = episode_experiences(records)
+                departed = [int(e.info["split_at"]) for e in made if "split_at" in e.info]
+                if departed:
+                    splits.append((number, len(made), departed[0]))
             else:
                 made = experiences_from_records(records)
             for step, experience in enumerate(made):
@@ -105,6 +112,14 @@ class AgentWorkflow(Workflow):
                 experience.info.update({"task_set": task.task_set, "task_index": task.index, "step": step,
                                         "steps": len(made), **episode.metrics})
             experiences += made
+        if splits:
+            number, pieces, token = splits[0]
+            logger.warning(
+                "task %s: %d of %d episode(s) split into several experiences; episode %d into %d, its turn departing "
+                "from the episode's tokens at token %d (a chat template that rewrites earlier turns, messages changed "
+                "between calls, or calls outside the episode's client)",
+                task.index, len(splits), len(episodes), number, pieces, token,
+            )
         return experiences
 
     def _play(self, session: EngineClient, task: Task, number: int) -> Episode:

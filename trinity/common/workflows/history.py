@@ -61,12 +61,21 @@ def _continues(tokens: torch.Tensor, record: RequestRecord) -> bool:
     return len(prompt) >= len(tokens) and bool(torch.equal(prompt[: len(tokens)].long(), tokens))
 
 
+def _shared_prefix(tokens: torch.Tensor, prompt: torch.Tensor) -> int:
+    """Return how many leading tokens ``tokens`` and ``prompt`` share."""
+    length = min(len(tokens), len(prompt))
+    differs = (tokens[:length].long() != prompt[:length].long()).nonzero()
+    return int(differs[0]) if len(differs) else length
+
+
 def episode_experiences(records: Sequence[RequestRecord]) -> list[Experience]:
     """Join turns that continue each other token for token into one experience each (see the module docstring).
 
     Each record joins the longest episode whose tokens its prompt extends,
     else starts one; with ``n > 1`` choices, each choice continues its own
-    episode. An episode's ``info`` holds ``turns`` and the last turn's reply.
+    episode. An episode's ``info`` holds ``turns`` and the last turn's reply;
+    one started while others existed also holds ``split_at``: the tokens its
+    first prompt shares with the closest of them (where it departed).
     """
     episodes: list[dict[str, Any]] = []
     for record in records:
@@ -77,6 +86,8 @@ def episode_experiences(records: Sequence[RequestRecord]) -> list[Experience]:
         else:
             episode = {"tokens": record.prompt_tokens.long(), "prompt_length": len(record.prompt_tokens),
                        "logprobs": [], "mask": [], "turns": 0, "version": record.model_version}
+            if episodes:
+                episode["split_at"] = max(_shared_prefix(e["tokens"], record.prompt_tokens) for e in episodes)
             episodes.append(episode)
         glue = record.prompt_tokens.long()[len(episode["tokens"]):]
         episode["logprobs"] += [torch.zeros(len(glue)), record.logprobs.float()]
@@ -89,6 +100,8 @@ def episode_experiences(records: Sequence[RequestRecord]) -> list[Experience]:
     for episode in episodes:
         info = _info(episode["last"])
         info["turns"] = episode["turns"]
+        if "split_at" in episode:
+            info["split_at"] = episode["split_at"]
         out.append(Experience(
             tokens=episode["tokens"], prompt_length=episode["prompt_length"],
             logprobs=torch.cat(episode["logprobs"]), action_mask=torch.cat(episode["mask"]),

@@ -63,6 +63,11 @@ class RequestRecord:
     tool_call_error: str | None = None
     #: Sampling temperature of the request (the log-probs are at this temperature; 0 is greedy, scored at 1).
     temperature: float = 1.0
+    #: Messages of the chat request; with ``context_key`` it lets a later request of the session that continues
+    #: this conversation be prompted with these tokens (:mod:`~trinity.common.models.openai_api.continuation`).
+    message_count: int = 0
+    #: Digest of the request's messages followed by this reply, and its tools ("" for completions).
+    context_key: str = ""
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle state: tensors as numpy arrays (cheaper across Ray)."""
@@ -115,6 +120,12 @@ class HistoryBook:
             if book is None:
                 return SessionHistory()
             return SessionHistory(list(book.records), book.dropped)
+
+    def peek(self, session: str) -> list[RequestRecord]:
+        """Return ``session``'s records so far (empty when unknown), keeping them."""
+        with self._lock:
+            book = self._sessions.get(session)
+            return list(book.records) if book is not None else []
 
     def drop(self, session: str) -> None:
         """Forget ``session``."""

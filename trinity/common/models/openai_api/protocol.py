@@ -162,7 +162,7 @@ def _text_content(content: Any, where: str) -> str:
     raise ApiError(400, f"{where}.content must be a string, a list of text parts or null", param=f"{where}.content")
 
 
-def _template_tool_calls(calls: Any, where: str) -> list[dict[str, Any]]:
+def template_tool_calls(calls: Any, where: str) -> list[dict[str, Any]]:
     """Return an assistant message's tool calls with their arguments as objects (what chat templates render)."""
     if not isinstance(calls, list):
         raise ApiError(400, f"{where}.tool_calls must be a list", param=f"{where}.tool_calls")
@@ -198,7 +198,7 @@ def _messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
         clean: dict[str, Any] = {"role": "system" if role == "developer" else role,
                                  "content": _text_content(message.get("content"), where)}
         if role == "assistant" and message.get("tool_calls"):
-            clean["tool_calls"] = _template_tool_calls(message["tool_calls"], where)
+            clean["tool_calls"] = template_tool_calls(message["tool_calls"], where)
         if role == "tool":
             if message.get("tool_call_id") is not None:
                 clean["tool_call_id"] = str(message["tool_call_id"])

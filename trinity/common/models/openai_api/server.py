@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trinity.common.models.engine import Completion, SamplingParams
+from trinity.common.models.openai_api.continuation import context_key, continued_prompt, reply_message
 from trinity.common.models.openai_api.history import SESSION_HEADER, HistoryBook, RequestRecord
 from trinity.common.models.openai_api.protocol import (
     ApiError,
@@ -250,7 +251,7 @@ class ApiServer:
             raise ApiError(400, "tool_choice \"auto\" needs explorer.rollout_model.enable_auto_tool_choice: true and "
                            "a tool_call_parser (e.g. hermes) in the config", param="tool_choice")
         try:
-            prompt = list(self.engine.chat_prompt_tokens(chat.messages, tools=chat.tools))
+            prompt = self._chat_prompt(chat, session)
         except Exception as exc:  # noqa: BLE001 - a template that cannot render these messages is the client's to fix
             raise ApiError(400, f"the chat template cannot render these messages: {type(exc).__name__}: {exc}",
                            param="messages") from None
@@ -270,7 +271,9 @@ class ApiServer:
             response_tokens=c.response_tokens, logprobs=c.logprobs, model_version=c.model_version,
             finish_reason=self._finish_reason(c, p), text=c.text, request=chat.raw_messages,
             tool_calls=[t.as_openai() for t in p.tool_calls], tool_call_error=p.error,
-            temperature=params.temperature,
+            temperature=params.temperature, message_count=len(chat.messages),
+            context_key=context_key([*chat.messages, reply_message(p.content, [t.as_openai() for t in p.tool_calls])],
+                                    chat.tools) if session else "",
         ) for i, (c, p) in enumerate(zip(completions, parsed, strict=True))])
         usage = self._usage(len(prompt), completions)
         if chat.stream:
@@ -293,6 +296,14 @@ class ApiServer:
             "id": request_id, "object": "chat.completion", "created": int(time.time()), "model": model,
             "choices": choices, "usage": usage, "prompt_token_ids": prompt,
         }, None
+
+    def _chat_prompt(self, chat: ChatRequest, session: str | None) -> list[int]:
+        """Return the prompt tokens of ``chat``: continuing the session's recorded turn it extends, else rendered."""
+        if session:
+            continued = continued_prompt(self.engine, self.history.peek(session), chat.messages, chat.tools)
+            if continued is not None:
+                return continued
+        return list(self.engine.chat_prompt_tokens(chat.messages, tools=chat.tools))
 
     @staticmethod
     def _finish_reason(completion: Completion, parsed: ParsedReply) -> str:
