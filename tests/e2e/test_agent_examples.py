@@ -20,6 +20,8 @@ from tests.models.teach import teach_replies
 from trinity.common.config import load_config
 from trinity.common.config.plan.run import resolve_run
 from trinity.common.models.tiny import build_tiny_model
+from trinity.common.workflows.agent import AgentWorkflow, Episode
+from trinity.common.workflows.catalog import WORKFLOWS
 from trinity.common.workflows.react import SYSTEM_PROMPT, TOOLS
 from trinity.launcher import run_plan
 
@@ -120,3 +122,60 @@ def test_an_external_judge_scores_the_answers_and_is_not_trained_on(root: Path, 
     for metrics in explore:
         assert metrics["explore/reward_mean"] == pytest.approx(metrics["explore/accuracy/mean"])
     assert explore[0]["explore/stored_experiences"] >= 8  # the rollout model's calls only
+
+
+class GuessNumber(AgentWorkflow):
+    """docs/agents.md's loop as a user writes it: guess a number from 1 to 9, "No. Try again." up to 3 calls."""
+
+    def run_episode(self, client: Any, model: str, task: Any, episode: int) -> Episode:
+        secret = 1 + (task.index * 7 + episode) % 9
+        messages: list[dict[str, Any]] = [{"role": "user", "content": "Guess my number from 1 to 9."}]
+        for _ in range(self.max_env_steps):
+            reply = client.chat.completions.create(
+                model=model, messages=messages, **self.request_options(task)).choices[0].message
+            messages.append(reply.model_dump(exclude_none=True))
+            if str(secret) in (reply.content or ""):
+                return Episode(reward=1.0)
+            messages.append({"role": "user", "content": "No. Try again."})
+        return Episode(reward=0.0)
+
+
+WORKFLOWS.add("guess_number_for_tests", GuessNumber)
+
+
+def guess_run(root: Path, monkeypatch: pytest.MonkeyPatch, name: str, **overrides: Any) -> list[dict[str, Any]]:
+    return run_recipe("react/react.yaml", root, monkeypatch, **{
+        "name": name, "synchronizer.sync_offset": 0,
+        "buffer.explorer_input.taskset.default_workflow_type": "guess_number_for_tests",
+        "buffer.explorer_input.taskset.rollout_args.max_tokens": 6,
+        "buffer.explorer_input.taskset.workflow_args": {"max_env_steps": 3}, **overrides})
+
+
+def test_a_multi_step_agent_trains_every_experience_of_its_tasks_in_their_step(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """4 episodes of 1-3 calls per task: a task is one group whatever its count (it was chunks of 4)."""
+    records = guess_run(root, monkeypatch, "guess-steps")
+    explore, train = phase(records, "explore"), phase(records, "train")
+    for explored, trained in zip(explore, train, strict=True):
+        assert explored["explore/stored_experiences"] > 8  # some episodes took more than one call
+        assert trained["rows"] == explored["explore/stored_experiences"]  # sync_offset 0: the step trains it all
+
+
+def test_a_multi_step_agent_with_a_batch_counted_in_experiences(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    records = guess_run(root, monkeypatch, "guess-rows", **{"buffer.train_batch_size": 12,
+                                                            "trainer.total_steps": 3})
+    stored = sum(m["explore/stored_experiences"] for m in phase(records, "explore"))
+    trained = [r["metrics"]["rows"] for r in records if r["phase"] == "train"]
+    assert len(trained) == 3 and all(rows <= 12 for rows in trained)  # whole tasks (4-12 each) up to 12
+    assert sum(trained) <= stored
+
+
+def test_the_documented_agent_in_episode_mode_is_one_experience_per_episode(
+        root: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    records = guess_run(root, monkeypatch, "guess-episodes", **{
+        "algorithm.algorithm_type": "grpo",
+        "buffer.explorer_input.taskset.workflow_args": {"max_env_steps": 3, "experience_mode": "episode"}})
+    for explored, trained in zip(phase(records, "explore"), phase(records, "train"), strict=True):
+        assert explored["explore/stored_experiences"] == 8  # 2 tasks x 4 episodes, each joined whole
+        assert trained["rows"] == 8
+    assert "split into several experiences" not in caplog.text

@@ -317,7 +317,7 @@ def test_a_checkpoint_at_offset_one_keeps_the_batch_explored_ahead(tmp_path: Pat
     loop = extra["loop"]
     counters = ("explored_places", "taken_places", "explored_groups", "taken_groups")
     assert [loop[key] for key in counters] == [3, 2, 3, 2]
-    assert loop["untaken"] == [[1, 0]]
+    assert loop["untaken"] == [[[2], 0]]  # one stored group of two experiences, none dropped
     assert [places for places, _ in loop["explored"]] == [2, 3]  # batch 1 was released by step 1's sync
     assert loop["consumed"] == [1, {"step": 1}]
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from trinity.common.registry import Registry
 
-#: Sample strategies, by name: ``factory(storage, *, batch_size, group_size, **options)``.
+#: Sample strategies, by name: ``factory(storage, *, batch_size, group_size, [batch_rows,] **options)``.
 SAMPLE_STRATEGIES: Registry[Any] = Registry("sample strategy")
 for _name, _target in {
     "default": "trinity.buffer.sampling:SampleStrategy",

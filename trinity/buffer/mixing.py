@@ -42,6 +42,8 @@ class MixStrategy:
         self.expert = expert
         #: Rollout groups per step (the expert rows come on top).
         self.batch_size: int = usual.batch_size
+        #: Rollout experiences per step, in whole groups (None: ``batch_size`` groups).
+        self.batch_rows: int | None = getattr(usual, "batch_rows", None)
 
     def sample(self, trainer_version: int, timeout: float | None = None, groups: int | None = None) -> list[Experience]:
         """Return the step's rollouts (not expert) followed by its expert rows.

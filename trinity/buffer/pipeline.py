@@ -7,8 +7,10 @@ Built-in processors:
   ``info["raw_reward"]``.
 * :class:`GroupAdvantages`: for algorithms whose advantages are computed in
   the buffer (``grpo``, ``opmd``, ... : the plan's ``advantage_in``), holds
-  each group until all its ``group_size`` members have arrived (or the
-  explorer step is over), then calls the advantage function of
+  each group until all its members have arrived (``info["group_size"]``,
+  which :meth:`ExperiencePipeline.write_step` writes from the explorer step:
+  every experience of the task, whatever the count; else ``group_size``) or
+  the explorer step is over, then calls the advantage function of
   :data:`~trinity.algorithm.advantage.ADVANTAGE_FNS` by name on a
   :func:`~trinity.common.experience.make_batch` of the complete groups and
   writes per-token ``advantages`` and ``returns`` into each experience (and
@@ -34,7 +36,7 @@ import torch
 from trinity.algorithm.advantage import ADVANTAGE_FNS, AdvantageInputs
 from trinity.algorithm.options import check_options
 from trinity.buffer.catalog import REWARD_SHAPERS
-from trinity.buffer.sampling import GroupAssembler
+from trinity.buffer.sampling import GroupAssembler, mark_group_sizes
 from trinity.buffer.storage.base import ExperienceStorage
 from trinity.common.experience import Experience, make_batch
 
@@ -234,9 +236,11 @@ class ExperiencePipeline:
                    batch: int | None = None, dropped_groups: int = 0) -> list[Experience]:
         """Process every experience of an explorer step, release what is still held, store it all in one call.
 
-        A step's results hold every rollout of its tasks, so a group still
-        incomplete afterwards (a failed task) never completes: it is released
-        as it is. Returns what was stored (groups a filter dropped are not).
+        A step's results hold every experience of its tasks, so each group's
+        size is what the step holds of it (:func:`~trinity.buffer.sampling.mark_group_sizes`:
+        a multi-step workflow's task is one group whatever its count), and a
+        group still incomplete afterwards never completes: it is released as it
+        is. Returns what was stored (groups a filter dropped are not).
 
         With ``batch`` (the explorer step), every stored experience says that the
         step is final: ``info["batch_id"]``, ``info["batch_groups"]`` (groups
@@ -244,6 +248,8 @@ class ExperiencePipeline:
         groups whose rollouts failed, plus those of earlier steps that stored
         nothing), so a reader counting dropped groups never waits for them.
         """
+        experiences = list(experiences)
+        mark_group_sizes(experiences)
         stored = self.process(experiences) + self.flush()
         if batch is not None:
             dropped = dropped_groups + self._carried_dropped
@@ -318,8 +324,9 @@ def pipeline_for_plan(
 ) -> ExperiencePipeline:
     """Return the pipeline of a run (a ``RunPlan``): its operators, then group advantages when the buffer computes them.
 
-    Groups have ``algorithm.repeat_times`` members; the advantage options are the
-    training plan's. ``recorder``, when given, also stores every experience as
+    A group is every experience its task produced in an explorer step
+    (``algorithm.repeat_times`` members when ``write_step`` did not size it);
+    the advantage options are the training plan's. ``recorder``, when given, also stores every experience as
     explored, before any operator (``experience_pipeline.save_input``). Raises as
     :func:`build_pipeline`.
     """

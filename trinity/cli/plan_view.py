@@ -98,7 +98,10 @@ def render_plan(plan: RunPlan, layout: Layout, backend_line: str, warnings: Sequ
         data.append(_dataset(buffer.dataset, "train"))
     data += [_dataset(d, f"auxiliary {name}:") for name, d in buffer.auxiliary.items()]
     lines += _section("data", data or ["-"])
-    batches = [f"{buffer.batch_size} task(s) per explorer step, {buffer.train_batch_size} row(s) per training step, "
+    per_step = (f"whole tasks up to {buffer.train_batch_rows} experience(s)" if buffer.train_batch_rows is not None
+                else f"{buffer.train_batch_size} row(s)" if buffer.experience is None
+                else f"{buffer.batch_size} whole task(s)")
+    batches = [f"{buffer.batch_size} task(s) per explorer step, {per_step} per training step, "
                f"{buffer.total_epochs} epoch(s)" + (f", {buffer.total_steps} step(s) at most" if buffer.total_steps
                                                     else "")]
     if buffer.experience is not None:

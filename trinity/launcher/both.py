@@ -1,11 +1,12 @@
 """Mode ``both``: the explorer rolls out, the trainer steps, the synchronizer pushes weights, concurrently.
 
 The explorer rolls out a batch of ``buffer.batch_size`` tasks on the engines
-and the pipeline stores its experiences; the trainer takes a step whenever
-``buffer.train_batch_size`` experiences (whole groups of ``repeat_times``) are
-in; the synchronizer pushes the new weights every ``sync_interval`` steps.
-A training step takes one batch's worth of tasks: groups whose rollouts failed
-are dropped from it (the step trains on the complete ones; a step left with
+and the pipeline stores its experiences, each task's as one group however
+many there are; the trainer takes a step whenever ``buffer.batch_size`` tasks
+are in (with ``buffer.train_batch_size`` set: whole tasks up to that many
+experiences, :mod:`trinity.launcher.untaken`); the synchronizer pushes the
+new weights every ``sync_interval`` steps. Groups whose rollouts failed
+are dropped from their step (it trains on the complete ones; a step left with
 none is skipped and logged). Groups the algorithm filters out
 (``std_threshold``) do not count: the explorer rolls out more before the
 trainer steps. The explorer and the trainer run at the

@@ -59,9 +59,11 @@ import time
 from typing import Any
 
 from trinity.buffer.errors import BufferExhaustedError, StorageError
+from trinity.buffer.sampling import group_sizes
 from trinity.launcher.evaluation import evaluate
 from trinity.launcher.session import Session
 from trinity.launcher.steps import explore_metrics, training_tasks
+from trinity.launcher.untaken import UntakenBatches
 from trinity.monitor import step_clock
 from trinity.monitor.keys import EXPLORE_WAIT_SECONDS, SAVE_SECONDS
 from trinity.utils import stop
@@ -118,8 +120,8 @@ class BothLoop:
         self.consumed_position: dict[str, Any] = self.stored_position
         #: Places explored up to ``consumed_position``.
         self.consumed_places = 0
-        #: ``[stored groups, dropped groups]`` of each explored batch not yet wholly taken, oldest first.
-        self.untaken: collections.deque[list[int]] = collections.deque()
+        #: Each explored batch not yet wholly taken (its stored groups' sizes and dropped groups), oldest first.
+        self.untaken = UntakenBatches(self.groups_per_step, getattr(strategy, "batch_rows", None))
         self.explored_places = 0
         self.explored_groups = 0
         #: Places and stored groups the trainer has taken for its steps so far.
@@ -211,10 +213,11 @@ class BothLoop:
         with self.cond:
             while not self.stopping:
                 dropped = self._dropped()
-                short = self.explored_places - dropped - self.taken_places < self.groups_per_step
+                self._absorb_stale_drops()
+                short = self.untaken.next_step() is None
                 starving = (self.trainer_waiting and short) or self.explored_groups - dropped < self.taken_groups
-                backlog = self.explored_places - dropped - self.released_places
-                backlog_ok = backlog < self.groups_per_step * (lead + 1)
+                in_training = 1 if self.taken_places > self.released_places else 0
+                backlog_ok = in_training + self.untaken.full_steps() <= lead
                 if starving or (backlog_ok and self._version_ok()):
                     return True
                 self.cond.wait(0.2)  # drops happen inside the strategy, which does not notify
@@ -247,9 +250,10 @@ class BothLoop:
             )
         with self._store_lock:
             stored = self.pipeline.write_step(experiences, batch=step, dropped_groups=dropped)
-            groups = len({e.group_id for e in stored})
+            sizes = group_sizes(stored)
+            groups = len(sizes)
             with self.cond:
-                self.untaken.append([groups, dropped])
+                self.untaken.add(sizes, dropped)
                 self.explored_groups += groups
                 self.explored_places += groups + dropped
                 self.explored.append((self.explored_places, position))
@@ -340,11 +344,11 @@ class BothLoop:
                             self.cond.acquire()
                         continue
                     self._absorb_stale_drops()
-                    waiting = self.explored_places - self.absorbed - self.taken_places
-                    if waiting >= self.groups_per_step:
-                        return self._take(self.groups_per_step)
+                    step = self.untaken.next_step(final=self.exhausted)  # the last step may be smaller
+                    if step is not None:
+                        return self._take(step.places)
                     if self.exhausted:
-                        return self._take(waiting) if waiting else None  # the last batch may be smaller
+                        return None
                     self.trainer_waiting = True
                     self.cond.notify_all()
                     asleep = time.monotonic()
@@ -360,31 +364,13 @@ class BothLoop:
         after its own, so those groups are gone when their batch's turn comes.
         """
         extra = self._dropped() - self.absorbed
-        self.absorbed += extra
-        for batch in self.untaken:
-            if not extra:
-                break
-            gone = min(batch[0], extra)
-            batch[0] -= gone
-            extra -= gone
-        while self.untaken and self.untaken[0] == [0, 0]:
-            self.untaken.popleft()
+        if extra:
+            self.absorbed += extra
+            self.untaken.absorb(extra)
 
     def _take(self, places: int) -> int:
         """Take ``places`` from the oldest explored batches (a batch's stored groups first); return the groups."""
-        groups = 0
-        left = places
-        while left and self.untaken:
-            batch = self.untaken[0]
-            stored = min(batch[0], left)
-            batch[0] -= stored
-            groups += stored
-            left -= stored
-            dropped = min(batch[1], left)
-            batch[1] -= dropped
-            left -= dropped
-            if batch == [0, 0]:
-                self.untaken.popleft()
+        groups, _ = self.untaken.take(places)
         self.taken_places += places
         self.taken_groups += groups
         return groups
@@ -545,7 +531,7 @@ class BothLoop:
                 "taken_groups": self.taken_groups,
                 "skipped_batches": self.skipped_batches,
                 "absorbed": self.absorbed,
-                "untaken": [list(batch) for batch in self.untaken],
+                "untaken": self.untaken.state(),
                 "explored": [[places, dict(position)] for places, position in self.explored],
                 "consumed": [self.consumed_places, dict(self.consumed_position)],
             }
@@ -636,6 +622,7 @@ class BothLoop:
         self.taken_groups = int(loop["taken_groups"])
         self.skipped_batches = int(loop["skipped_batches"])
         self.absorbed = int(loop.get("absorbed", 0))
-        self.untaken = collections.deque([int(stored), int(dropped)] for stored, dropped in loop["untaken"])
+        usual = getattr(self.strategy, "usual", self.strategy)  # mix: its rollout strategy
+        self.untaken.load(loop["untaken"], int(getattr(getattr(usual, "assembler", None), "group_size", 1)))
         self.explored = collections.deque((int(places), dict(position)) for places, position in loop["explored"])
         self.consumed_places, self.consumed_position = int(loop["consumed"][0]), dict(loop["consumed"][1])

@@ -108,29 +108,35 @@ def pipeline_for(session: Session, storage: Any, pad_token_id: int, recorder: An
 
 
 def strategy_for(session: Session, storage: Any, *, count_dropped: bool = False) -> Any:
-    """Return the sample strategy the trainer draws from ``storage`` with (``train_batch_size`` rows per step).
+    """Return the sample strategy the trainer draws from ``storage`` with.
 
-    ``mix`` takes its expert rows from the auxiliary data set it names and
-    the rest of the batch, in whole groups, from ``storage``. With
-    ``count_dropped`` the groups the explorer dropped take their places in
-    the batches (the batch ends with the complete groups rather than waiting).
+    A step takes ``buffer.batch_size`` whole tasks, or, when the config sets
+    ``train_batch_size``, whole tasks up to that many experiences. ``mix``
+    takes its expert rows from the auxiliary data set it names and the rest
+    of the batch from ``storage``. With ``count_dropped`` the groups the
+    explorer dropped take their places in the batches (the batch ends with
+    the complete groups rather than waiting).
     """
     from trinity.buffer import make_sample_strategy
 
     plan = session.plan
     group = plan.config.algorithm.repeat_times
     options = dict(plan.buffer.sample_strategy_args)
-    rows = plan.buffer.train_batch_size
+    rows = plan.buffer.train_batch_rows
+    tasks = plan.buffer.batch_size
     if plan.buffer.sample_strategy != "mix":
-        strategy = make_sample_strategy(plan.buffer.sample_strategy, storage, batch_size=max(1, rows // group),
-                                        group_size=group, **options)
+        strategy = make_sample_strategy(plan.buffer.sample_strategy, storage, batch_size=tasks, group_size=group,
+                                        batch_rows=rows, **options)
         strategy.count_dropped = count_dropped
         return strategy
     from trinity.buffer.dataset_source import DatasetSource
     from trinity.buffer.mixing import MixStrategy, expert_rows
 
-    experts = expert_rows(rows, float(options.get("expert_data_ratio", 0.5)))
-    usual = make_sample_strategy("default", storage, batch_size=max(1, (rows - experts) // group), group_size=group)
+    total = plan.buffer.train_batch_size
+    experts = expert_rows(total, float(options.get("expert_data_ratio", 0.5)))
+    usual_rows = max(1, total - experts) if rows is not None else None
+    usual = make_sample_strategy("default", storage, batch_size=max(1, (total - experts) // group),
+                                 group_size=group, batch_rows=usual_rows)
     usual.count_dropped = count_dropped
     data = plan.buffer.auxiliary[str(options.get("sft_dataset_name", "sft_dataset"))]
     expert = DatasetSource.for_dataset(plan, data, experts)

@@ -134,6 +134,9 @@ class BufferPlan:
     sample_strategy: str = "default"
     #: Its arguments.
     sample_strategy_args: dict[str, Any] = field(default_factory=dict)
+    #: Experiences a training step takes, in whole tasks, when the config sets ``train_batch_size`` for rollouts
+    #: (upstream counts a batch in experiences); None: ``batch_size`` whole tasks per step, whatever their size.
+    train_batch_rows: int | None = None
 
 
 def _selector(selector: DataSelectorConfig, where: str) -> tuple[SelectorType, int]:

@@ -281,6 +281,7 @@ def _buffer(config: Config, model: ModelPlan, training: Any, notes: list[str]) -
         operators=tuple(pipeline.operators),
         sample_strategy=training.sample_strategy,
         sample_strategy_args=dict(training.sample_strategy_options),
+        train_batch_rows=(buffer.train_batch_size or None) if schema == "experience" else None,
     )
 
 

@@ -224,7 +224,8 @@ class BufferConfig:
 
     #: Tasks per explorer step.
     batch_size: int = 1
-    #: Experiences per training step; 0: ``batch_size * algorithm.repeat_times``.
+    #: Experiences per training step, taken in whole tasks (as many as fit, at least one); 0: ``batch_size`` whole
+    #: tasks per step (``batch_size * algorithm.repeat_times`` experiences when each rollout is one experience).
     train_batch_size: int = 0
     #: Passes over the training task set (or the SFT/DPO data set).
     total_epochs: int = 1
