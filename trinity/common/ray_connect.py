@@ -1,9 +1,13 @@
 """Connecting to Ray: the configured cluster, a running local one, or a fresh local one.
 
-A bare ``ray.init()`` follows Ray's current-cluster record
+Addresses mean what they mean to Ray (and to upstream Trinity-RFT): an
+address in the config (``cluster.ray_address``) is used as given; ``auto``
+(the default) or none means ``RAY_ADDRESS`` when it is set (``ray job
+submit`` sets it for its entrypoint), else a running local cluster, else a
+fresh local one; ``local`` always starts a fresh local one. A bare
+``ray.init()`` follows Ray's current-cluster record
 (``<Ray temp dir>/ray_current_cluster``) even after that cluster died and
-then fails; here a recorded cluster is used only when its GCS port answers,
-otherwise a fresh local instance is started.
+then fails; here a recorded cluster is used only when its GCS port answers.
 """
 
 from __future__ import annotations
@@ -41,6 +45,8 @@ class RayConnection:
     started_here: bool
     #: True when this call initialised Ray in this process (False: it already was, leave it be).
     initialized_here: bool = True
+    #: Where the address came from: ``cluster.ray_address``, ``RAY_ADDRESS``, ``default`` (auto) or ``existing``.
+    origin: str = ""
 
 
 def _answers(address: str, timeout_s: float = 1.0) -> bool:
@@ -132,22 +138,42 @@ def running_local_cluster() -> str | None:
     return address if address and _answers(address) else None
 
 
-def check_address(address: str = "") -> None:
-    """Raise :class:`RayConnectionError` when ``address`` (else ``RAY_ADDRESS``) names a cluster that is not there.
+#: The environment variable Ray reads a cluster's address from.
+RAY_ADDRESS_ENV = "RAY_ADDRESS"
 
-    Empty, ``local`` and ``auto`` name no cluster and pass; a ``ray://``
-    client address is probed at its client server. The check takes about
-    two seconds at most.
+
+def effective_address(configured: str = "", environ: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """Return ``(address, where it came from)`` for a configured ``cluster.ray_address``.
+
+    A configured address other than ``auto`` wins (``cluster.ray_address``);
+    otherwise ``RAY_ADDRESS`` when set (``RAY_ADDRESS``); otherwise ``auto``
+    (``default``): a running local cluster, else a fresh one.
     """
-    target = address or os.environ.get("RAY_ADDRESS", "")
-    if not target or target in ("local", "auto"):
+    configured = (configured or "").strip()
+    if configured and configured != "auto":
+        return configured, "cluster.ray_address"
+    env = os.environ if environ is None else environ
+    from_env = env.get(RAY_ADDRESS_ENV, "").strip()
+    if from_env:
+        return from_env, RAY_ADDRESS_ENV
+    return "auto", "default"
+
+
+def check_address(address: str = "") -> None:
+    """Raise :class:`RayConnectionError` when ``address`` (as :func:`effective_address` reads it) is not there.
+
+    ``local`` and ``auto`` name no cluster and pass; a ``ray://`` client
+    address is probed at its client server. The check takes about two
+    seconds at most.
+    """
+    target, origin = effective_address(address)
+    if target in ("local", "auto"):
         return
     problem = address_problem(target)
     if problem is not None:
         raise RayConnectionError(
-            f"no Ray cluster answers at {target!r}: {problem}; check cluster.ray_address / RAY_ADDRESS "
-            "(`ray status` on the head node prints the address), or leave cluster.ray_address empty to start "
-            "a local cluster"
+            f"no Ray cluster answers at {target!r} (from {origin}): {problem}; check {origin} "
+            "(`ray status` on the head node prints the address), or set it to local to start a cluster here"
         )
 
 
@@ -157,7 +183,7 @@ def connect(
     local_resources: Callable[[], Mapping[str, float]] | None = None,
     **init_kwargs: Any,
 ) -> RayConnection:
-    """Connect to Ray at ``address``, else to ``RAY_ADDRESS``, else to a live local cluster, else start one.
+    """Connect to Ray at the address :func:`effective_address` makes of ``address`` (see the module docstring).
 
     ``local_resources()`` (asked only when a local cluster is started here)
     returns custom resources the new node offers beside the ones Ray detects.
@@ -166,28 +192,38 @@ def connect(
     import ray
 
     if ray.is_initialized():
-        return RayConnection(address="existing", started_here=False, initialized_here=False)
+        return RayConnection(address="existing", started_here=False, initialized_here=False, origin="existing")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    target = address or os.environ.get("RAY_ADDRESS", "")
+    target, origin = effective_address(address)
     kwargs = {"include_dashboard": False, "logging_level": "WARNING", "log_to_driver": True, **init_kwargs}
-    if target and target not in ("local", "auto"):
+    if target not in ("local", "auto"):
         check_address(target)
         try:
             ray.init(address=target, **kwargs)
         except Exception as exc:  # noqa: BLE001 - Ray raises many types here
             raise RayConnectionError(
-                f"cannot connect to the Ray cluster at {target!r} ({type(exc).__name__}: "
-                f"{str(exc).splitlines()[0] if str(exc) else 'no detail'}); check cluster.ray_address / RAY_ADDRESS "
-                "and that `ray status` works there, or leave cluster.ray_address empty to start a local cluster"
+                f"cannot connect to the Ray cluster at {target!r} (from {origin}; {type(exc).__name__}: "
+                f"{str(exc).splitlines()[0] if str(exc) else 'no detail'}); check {origin} and that `ray status` "
+                "works there, or set it to local to start a cluster here"
             ) from None
-        return RayConnection(address=target, started_here=False)
+        return RayConnection(address=target, started_here=False, origin=origin)
     live = running_local_cluster() if target != "local" else None
     if live:
         ray.init(address=live, **kwargs)
-        return RayConnection(address=live, started_here=False)
+        return RayConnection(address=live, started_here=False, origin=origin)
     resources = dict(local_resources()) if local_resources is not None else {}
     ray.init(address="local", num_cpus=num_cpus, resources=resources or None, **kwargs)
-    return RayConnection(address="local", started_here=True)
+    return RayConnection(address="local", started_here=True, origin=origin)
+
+
+def describe_connection(connection: RayConnection) -> str:
+    """Return what a connection is, for the log: ``cluster at 10.0.0.5:6379 (from RAY_ADDRESS)``."""
+    if connection.started_here:
+        return "a fresh local cluster" + (f" (from {connection.origin})" if connection.origin != "default" else "")
+    if connection.origin == "existing":
+        return "the cluster this process was already connected to"
+    source = "a running local cluster" if connection.origin == "default" else f"from {connection.origin}"
+    return f"cluster at {connection.address} ({source})"
 
 
 def disconnect(connection: RayConnection) -> None:

@@ -50,6 +50,8 @@ def device_record(session: Session, trainer: Any = None, engines: Any = None) ->
         "collective": info.collective_backend,
         "process_group_backend": process_group_backend_for(backend),
         "visible_devices_env": info.visible_devices_env,
+        "ray": {"address": session.connection.address, "from": session.connection.origin,
+                "started_here": session.connection.started_here},
         "actors": actors,
     }
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from trinity import device
 from trinity.common.config.plan.run import RunPlan
 from trinity.common.config.validator import Layout, resolve_layout
-from trinity.common.ray_connect import RayConnection, check_address, connect, disconnect
+from trinity.common.ray_connect import RayConnection, check_address, connect, describe_connection, disconnect
 from trinity.device.selection import Selection
 from trinity.launcher.run_lock import RunFolderLock, is_lock_file, lock_run_folder
 from trinity.utils import stop
@@ -100,9 +100,9 @@ def open_session(plan: RunPlan) -> Session:
         plan.run_dir.mkdir(parents=True, exist_ok=True)
         undo.pop_all()  # the session owns the connection and the lock from here; Session.close lets both go
     logger.info(
-        "device backend %s (%s); %d %s engine(s), %d trainer rank(s), sync %s; run folder %s",
-        selection.name, selection.reason, layout.engines, layout.engine_type, layout.trainers, layout.sync_method,
-        plan.run_dir,
+        "Ray: %s; device backend %s (%s); %d %s engine(s), %d trainer rank(s), sync %s; run folder %s",
+        describe_connection(connection), selection.name, selection.reason, layout.engines, layout.engine_type,
+        layout.trainers, layout.sync_method, plan.run_dir,
     )
     for note in plan.notes:
         logger.info("config: %s", note)

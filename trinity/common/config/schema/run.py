@@ -17,7 +17,8 @@ from trinity.common.config.schema.trainer import TrainerConfig
 class ClusterConfig:
     """Where the job runs. A "device" is an accelerator of the selected backend (a CPU bundle on ``cpu``)."""
 
-    #: Ray address: ``auto`` connects to a running cluster or starts a local one; ``local`` always starts one.
+    #: Ray address: ``auto`` is ``RAY_ADDRESS`` when set, else a running local cluster, else a fresh one;
+    #: ``local`` always starts a fresh one; anything else is a cluster's address.
     ray_address: str = "auto"
     #: Nodes; 0: every node of the Ray cluster.
     node_num: int = 0
