@@ -95,11 +95,10 @@ def in_bundle(group: PlacementGroup, index: int) -> dict[str, Any]:
 
 def start_ranks(group: PlacementGroup, plan: Any) -> list[Any]:
     """Start one trainer rank actor (``FSDPWorker``, constructed only) per bundle of ``group``."""
-    from trinity.trainer.fsdp_worker import FSDPWorker
-    from trinity.trainer.trainer import worker_actor_options
+    from trinity.trainer.trainer import remote_worker_class, worker_actor_options
 
     count = len(group.bundle_specs)
-    remote = ray.remote(FSDPWorker)
+    remote = remote_worker_class()
     return [remote.options(**worker_actor_options(0.25, group, rank)).remote(plan, rank, count) for rank in
             range(count)]
 
@@ -146,10 +145,9 @@ def test_two_jobs_on_one_node_never_share_a_device_and_a_dead_holder_frees_its_o
 
         dead = held[1]["devices"][0]
         ray.kill(job_a[1], no_restart=True)  # its bundle is free again; a new rank takes it
-        from trinity.trainer.fsdp_worker import FSDPWorker
-        from trinity.trainer.trainer import worker_actor_options
+        from trinity.trainer.trainer import remote_worker_class, worker_actor_options
 
-        late_rank = ray.remote(FSDPWorker).options(**worker_actor_options(0.25, first, 1)).remote(plan, 1, 2)
+        late_rank = remote_worker_class().options(**worker_actor_options(0.25, first, 1)).remote(plan, 1, 2)
         (late,) = assignments([late_rank])
         assert late["devices"] == [dead]
         assert sorted(r["devices"][0] for r in assignments([job_a[0], *job_b])) == sorted({0, 1, 2, 3} - {dead})

@@ -56,7 +56,8 @@ def test_a_ray_client_address_where_nothing_listens_is_one_line_at_once() -> Non
         check_address(address)
     assert time.monotonic() - begin < 3
     assert caught.value.exit_code == 2
-    assert f"no Ray cluster answers at {address!r} (from cluster.ray_address): nothing answers there" in str(caught.value)
+    expected = f"no Ray cluster answers at {address!r} (from cluster.ray_address): nothing answers there"
+    assert expected in str(caught.value)
 
 
 def test_a_ray_client_address_where_a_web_server_answers_is_refused(web_server: str) -> None:

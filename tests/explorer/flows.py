@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from typing import Any
@@ -41,13 +43,17 @@ class Probe(Workflow):
     """
 
     def __init__(self, sampling: SamplingParams | None = None, *, key: str = "", fail_attempts: int = 0,
-                 stall_attempts: int = 0, stall_s: float = 0.0, work_s: float = 0.0) -> None:
+                 stall_attempts: int = 0, stall_s: float = 0.0, work_s: float = 0.0, kill_engine_at: int = -1
+                 ) -> None:
         super().__init__(sampling)
         self.key, self.fail_attempts, self.stall_attempts = key, fail_attempts, stall_attempts
         self.stall_s, self.work_s = stall_s, work_s
+        self.kill_engine_at = kill_engine_at
 
     def run(self, engine: RolloutModel, task: Task) -> list[Experience]:
         attempt = attempt_number(self.key, task.index)
+        if task.index == self.kill_engine_at and attempt == 1:  # its engine's process dies, as a crash would
+            os.kill(int(engine.call("pid")), signal.SIGKILL)  # type: ignore[attr-defined]
         with _LOCK:
             _RUNNING["now"] += 1
             _RUNNING["max"] = max(_RUNNING["max"], _RUNNING["now"])

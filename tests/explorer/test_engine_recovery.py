@@ -201,3 +201,118 @@ def test_two_threads_finding_one_dead_engine_start_one_fresh_engine() -> None:
         thread.join()
     assert started == [1] and list(recovery.pending) == [1]
     assert recovery.admit() == [1] and recovery.engines[1].version == 9
+
+
+def test_with_its_only_engine_dead_a_step_waits_for_a_fresh_one_and_loses_no_task(
+        ray_cluster: Any, engine_class: Any) -> None:
+    """One engine, killed by the third of five tasks: the rest of the step runs on its replacement."""
+    engines = [engine_class.remote(0)]
+    try:
+        scheduler = Scheduler(engines, runners_per_engine=1, timeout=30, max_retries=2)
+        tasks = probe_tasks(5, "only-engine", kill_engine_at=2)
+        first = scheduler.run(tasks, wait_for_engines=True)
+        assert first.unserved == [2, 3, 4] and not first.failures  # nothing spent its retries on the dead engine
+        assert [r is not None for r in first.results] == [True, True, False, False, False]
+        assert first.metrics["engine_lost_attempts"] == 1 and first.metrics["retries"] == 0
+
+        recovery = EngineRecovery(engines, lambda index: engine_class.remote(8), users=[scheduler])
+        assert recovery.prepare(scheduler.dead_engine_handles()) and recovery.admit() == [0]
+        done = scheduler.run(tasks, wait_for_engines=True, resume=first)
+        assert not done.unserved and not done.failures
+        assert [e.model_version for e in done.experiences] == [0, 0, 8, 8, 8]  # the first two kept, in task order
+        assert done.metrics["succeeded"] == 5 and done.metrics["attempts"] == 6
+    finally:
+        for actor in engines:
+            ray_cluster.kill(actor)
+
+
+def test_without_a_way_to_replace_it_a_dead_only_engine_fails_each_task_once(
+        ray_cluster: Any, engine_class: Any) -> None:
+    engines = [engine_class.remote(0)]
+    try:
+        _sigkill(ray_cluster, engines[0])
+        scheduler = Scheduler(engines, runners_per_engine=2, timeout=30, max_retries=2)
+        result = scheduler.run(probe_tasks(4, "no-recovery", work_s=0.05))
+        assert len(result.failures) == 4 and not result.unserved
+        assert all("no rollout engine lives" in f.error or "EngineDeadError" in f.error for f in result.failures)
+        assert result.metrics["attempts"] <= 2  # the two runners' first attempts; no retry went to the dead engine
+    finally:
+        ray_cluster.kill(engines[0])
+
+
+def test_a_slot_given_a_fresh_engine_is_not_replaced_again_for_the_same_death() -> None:
+    """The trainer thread replaced engine 1 after a failed sync; the explorer then reports the death it saw."""
+    started: list[int] = []
+
+    def start(index: int) -> VersionEngine:
+        started.append(index)
+        return VersionEngine(10 + len(started))
+
+    engines = [VersionEngine(0), VersionEngine(1)]
+    seen_dead = engines[1]
+    recovery = EngineRecovery(engines, start)
+    assert recovery.prepare({1: seen_dead}) and recovery.admit() == [1]
+    assert not recovery.prepare({1: seen_dead}) and started == [1]  # stale: that engine is gone already
+    assert recovery.in_a_row[1] == 1
+    assert recovery.prepare({1: engines[1]}) and started == [1, 1]  # the fresh one died too: a real second death
+
+
+def test_a_fresh_engine_starting_holds_up_no_other_thread() -> None:
+    import threading
+
+    release = threading.Event()
+
+    def start(index: int) -> VersionEngine:
+        release.wait(10)
+        return VersionEngine(20 + index)
+
+    engines = [VersionEngine(0), VersionEngine(1)]
+    recovery = EngineRecovery(engines, start)
+    slow = threading.Thread(target=recovery.prepare, args=({0: engines[0]},))
+    slow.start()
+    try:
+        done = threading.Event()
+        other = threading.Thread(target=lambda: (recovery.admit(), recovery.find_dead(), done.set()))
+        other.start()
+        assert done.wait(2), "admit waited for a start in another thread"
+    finally:
+        release.set()
+        slow.join()
+    assert recovery.admit() == [0] and engines[0].version == 20
+
+
+def test_a_fresh_engine_that_does_not_serve_is_reported_while_the_run_waits(
+        ray_cluster: Any, engine_class: Any, caplog: pytest.LogCaptureFixture) -> None:
+    unplaceable = engine_class.options(resources={"no-such-device": 1})
+    engines = [engine_class.remote(0)]
+    recovery = EngineRecovery(engines, lambda index: unplaceable.remote(0), ready_timeout_s=1.2, report_every_s=0.4)
+    try:
+        with caplog.at_level("WARNING", logger="trinity.explorer.recovery"), pytest.raises(EngineLostError) as lost:
+            recovery.prepare({0: engines[0]})
+    finally:
+        ray_cluster.kill(engines[0])
+    waits = [r.getMessage() for r in caplog.records if "waiting for the fresh rollout engine 0" in r.getMessage()]
+    assert len(waits) >= 2 and "placement group bundle" in waits[0]
+    assert "did not serve within 1.2 s" in str(lost.value)
+
+
+def test_a_fresh_engine_whose_process_dies_while_it_starts_is_started_again(
+        ray_cluster: Any, engine_class: Any) -> None:
+    starts: list[Any] = []
+
+    def start(index: int) -> Any:
+        fresh = engine_class.remote(30 + len(starts))
+        if not starts:
+            ray_cluster.kill(fresh)  # killed before it served, as an operator's or the OOM killer's kill would
+        starts.append(fresh)
+        return fresh
+
+    engines = [engine_class.remote(0)]
+    recovery = EngineRecovery(engines, start, max_restarts=3)
+    try:
+        assert recovery.prepare({0: engines[0]}) and recovery.admit() == [0]
+        assert len(starts) == 2 and recovery.in_a_row[0] == 2  # two deaths in a row: the first and its fresh one
+        assert ray_cluster.get(engines[0].model_version.remote()) == 31
+    finally:
+        for actor in [*engines, *starts]:
+            ray_cluster.kill(actor)

@@ -55,15 +55,15 @@ class Parts:
         return {"step": self.position.step}
 
     # scheduler
-    def run(self, tasks: list[int]) -> Any:
+    def run(self, tasks: list[int], **options: Any) -> Any:
         if tasks[0] == self.fail_explore_at:
             raise RuntimeError(f"rollout of step {tasks[0]} failed")
         time.sleep(0.02)
         self.events.append(("explore", tasks[0], self.engine_version))
         if tasks[0] in self.all_fail_at:  # the batch's only group failed: the scheduler dropped it
-            return SimpleNamespace(experiences=[], failures=[], metrics={"dropped_groups": 1})
+            return SimpleNamespace(experiences=[], failures=[], metrics={"dropped_groups": 1}, unserved=[])
         exp = SimpleNamespace(group_id=f"g{tasks[0]}", model_version=self.engine_version)
-        return SimpleNamespace(experiences=[exp], failures=[], metrics={})
+        return SimpleNamespace(experiences=[exp], failures=[], metrics={}, unserved=[])
 
     # pipeline
     def write_step(self, experiences: list[Any], *, batch: int, dropped_groups: int) -> list[Any]:
@@ -203,7 +203,7 @@ def test_a_training_step_takes_the_complete_groups_of_its_batch_and_never_waits_
     parts.batch_size = 2  # two groups per training step; each explorer step stores one and drops one
     real_run = parts.run
 
-    def half_dropped(tasks: list[int]) -> Any:
+    def half_dropped(tasks: list[int], **options: Any) -> Any:
         result = real_run(tasks)
         result.metrics["dropped_groups"] = 1
         return result
@@ -262,7 +262,7 @@ class BufferedParts(Parts):
     def load_state_dict(self, state: dict[str, int]) -> None:
         self.position.step = int(state["step"])
 
-    def run(self, tasks: list[Any]) -> Any:
+    def run(self, tasks: list[Any], **options: Any) -> Any:
         from tests.buffer.factories import make_group
 
         batch = tasks[0][1] // self.groups + 1
@@ -270,7 +270,7 @@ class BufferedParts(Parts):
         self.events.append(("explore", batch, self.engine_version))
         version = 0 if batch in self.stale_batches else self.engine_version  # as if rolled out long ago
         experiences = [e for _, task in tasks for e in make_group(f"t{task}", 2, version=version)]
-        return SimpleNamespace(experiences=experiences, failures=[], metrics={})
+        return SimpleNamespace(experiences=experiences, failures=[], metrics={}, unserved=[])
 
     def train_step(self, experiences: list[Any], checkpoint_extra: Any) -> dict[str, float]:
         if self.step + 1 == self.interrupt_train_at:

@@ -19,6 +19,15 @@ discarded) and its runner takes the next task at once. A task that fails
 every attempt is reported in :attr:`StepResult.failures`, never dropped
 silently. Results come back in task order.
 
+An attempt whose engine died is not the task's failure: the engine is marked
+dead (no attempt goes to it again until a fresh engine takes its place) and
+the task runs again on a live engine without spending a retry. When no engine
+lives, the step either waits for fresh ones (``wait_for_engines``: it ends
+with the tasks not yet run in :attr:`StepResult.unserved`, keeping what the
+others produced, and :meth:`Scheduler.run` with ``resume`` runs them once
+fresh engines were swapped in) or, without a way to replace engines, fails
+those tasks.
+
 Tasks sharing a ``group_id`` form a group (the repeats of one record, possibly
 split over several tasks). A group trains whole or not at all: once one of its
 tasks fails for good, its other tasks are cancelled and the group is dropped
@@ -87,6 +96,8 @@ class StepResult:
     failures: list[TaskFailure] = field(default_factory=list)
     #: Counters and timings of the step (``tasks``, ``failed``, ``retries``, ``timeouts``, ``time_s``, ...).
     metrics: dict[str, float] = field(default_factory=dict)
+    #: Positions of the tasks not run because no engine lived (``wait_for_engines``); run them with ``resume``.
+    unserved: list[int] = field(default_factory=list)
 
     @property
     def experiences(self) -> list[Experience]:
@@ -149,6 +160,10 @@ class _Groups:
         group = self.group_of[position]
         self._failed.add(group)
         return set(self.members[group])
+
+    def failed_names(self) -> set[str]:
+        """Return the groups with a task that failed every attempt."""
+        return set(self._failed)
 
     def positions_of_failed(self) -> list[int]:
         """Return the positions of every task of a failed group."""
@@ -214,7 +229,7 @@ class Scheduler:
         self.wait_after_min = float(wait_after_min)
         self._lock = threading.Lock()
         self._ids = itertools.count()
-        #: Engines whose actor died: no attempt goes to them while another engine lives.
+        #: Engines whose actor died: no attempt goes to them until a fresh engine takes their place.
         self.dead_engines: set[int] = set()
 
     @classmethod
@@ -249,6 +264,11 @@ class Scheduler:
             self.clients[index] = EngineClient(engine, tokenizer_path=old.tokenizer_path, index=index)
             self.dead_engines.discard(index)
 
+    def dead_engine_handles(self) -> dict[int, Any]:
+        """Return ``{index: engine}`` of every dead engine, read together (a replaced index is not in it)."""
+        with self._lock:
+            return {index: self.clients[index].engine for index in sorted(self.dead_engines)}
+
     def _default_factory(self, task: Task) -> Workflow:
         return make_workflow(task.workflow, self.sampling, task.workflow_args)
 
@@ -258,20 +278,25 @@ class Scheduler:
         return len(self.clients) * self.runners_per_engine
 
     def run(self, tasks: Sequence[Task], *, min_groups: int | None = None,
-            wait_after_min: float | None = None) -> StepResult:
+            wait_after_min: float | None = None, wait_for_engines: bool = False,
+            resume: StepResult | None = None) -> StepResult:
         """Run ``tasks`` and return their results in task order; see the module docstring for groups.
 
         ``min_groups``: stop once this many groups are complete and ``wait_after_min``
         seconds have passed since (or every group is resolved); the groups still
         running are abandoned. None: the scheduler's over-rollout setting for a
         training step (every group when ``over_rollout_ratio`` is 0), every group
-        for evaluation tasks.
+        for evaluation tasks. ``wait_for_engines``: when no engine lives, end with
+        the tasks not run in ``unserved`` instead of failing them. ``resume``: an
+        earlier result of the same ``tasks`` whose ``unserved`` tasks are run now;
+        the result returned holds both.
         """
         tasks = list(tasks)
         if min_groups is None:
             min_groups = self.min_groups(tasks)
         with self._lock:
-            return self._run(tasks, min_groups, self.wait_after_min if wait_after_min is None else wait_after_min)
+            return self._run(tasks, min_groups, self.wait_after_min if wait_after_min is None else wait_after_min,
+                             wait_for_engines, resume)
 
     def min_groups(self, tasks: Sequence[Task]) -> int:
         """Return the complete groups a step of ``tasks`` waits for: all but the over-rollout fraction.
@@ -283,15 +308,28 @@ class Scheduler:
             return groups
         return max(1, math.ceil(groups * (1.0 - self.over_rollout_ratio)))
 
-    def _run(self, tasks: list[Task], min_groups: int, wait_after_min: float) -> StepResult:
+    def _run(self, tasks: list[Task], min_groups: int, wait_after_min: float, wait_for_engines: bool,
+             resume: StepResult | None) -> StepResult:
         started = time.monotonic()
         results: list[list[Experience] | None] = [None] * len(tasks)
         failures: list[TaskFailure] = []
-        counts = {"attempts": 0, "retries": 0, "timeouts": 0, "succeeded": 0}
+        counts = {"attempts": 0, "retries": 0, "timeouts": 0, "succeeded": 0, "engine_lost_attempts": 0}
         groups = _Groups(tasks)
         engines = len(self.clients)
         free: deque[int] = deque(range(self.num_runners))  # runner r uses engine r % engines
         pending: deque[tuple[int, int, int | None]] = deque((i, 0, None) for i in range(len(tasks)))
+        if resume is not None:
+            started -= float(resume.metrics.get("time_s", 0.0))
+            results = list(resume.results)
+            failures = list(resume.failures)
+            counts.update({key: int(resume.metrics.get(key, 0)) for key in counts})
+            for position, result in enumerate(results):
+                if result is not None:
+                    groups.succeed(position)
+            for failure in failures:
+                groups.fail(failure.position)
+            pending = deque((position, 0, None) for position in resume.unserved)
+        unserved: list[int] = []
         running: dict[int, _Attempt] = {}
         done: queue.Queue[_Outcome] = queue.Queue()
         enough_at: float | None = None  # when min_groups groups were first complete
@@ -322,6 +360,16 @@ class Scheduler:
         while pending or running:
             if enough_at is not None and time.monotonic() - enough_at >= wait_after_min:
                 break  # over-rollout: the groups still running are abandoned
+            if pending and not running and len(self.dead_engines) == engines:
+                if wait_for_engines:
+                    unserved = sorted(position for position, _, _ in pending)
+                    logger.warning("no rollout engine lives: %d task(s) wait for fresh engines", len(unserved))
+                    break
+                while pending:  # nothing can replace the engines: the tasks fail, and are reported
+                    position, number, _ = pending.popleft()
+                    fail(_Attempt(position, number, -1, -1, 0.0, threading.Event()),
+                         "EngineDeadError: no rollout engine lives to run it", False, retryable=False)
+                continue
             burst: list[tuple[int, _Attempt]] = []
             while pending and free:
                 picked = self._pick(pending, free)
@@ -359,11 +407,13 @@ class Scheduler:
                         results[finished.position] = experiences
                         counts["succeeded"] += 1
                         groups.succeed(finished.position)
+                    elif _engine_died(error):  # not the task's failure: it runs again elsewhere, no retry spent
+                        if finished.engine not in self.dead_engines:
+                            logger.warning("engine %d is dead; no more tasks go to it", finished.engine)
+                        self.dead_engines.add(finished.engine)
+                        counts["engine_lost_attempts"] += 1
+                        pending.appendleft((finished.position, finished.number, None))
                     else:
-                        if _engine_died(error):
-                            if finished.engine not in self.dead_engines:
-                                logger.warning("engine %d is dead; no more tasks go to it", finished.engine)
-                            self.dead_engines.add(finished.engine)
                         timed_out = isinstance(error, (TaskTimeoutError, TaskCancelledError))
                         fail(finished, error or "workflow returned nothing", timed_out, retryable)
             now = time.monotonic()
@@ -376,18 +426,21 @@ class Scheduler:
         for attempt_id in list(running):
             stop(attempt_id)
         failures.sort(key=lambda f: f.position)
-        dropped = groups.incomplete_positions()
+        waiting = {groups.group_of[position] for position in unserved}
+        dropped = [p for p in groups.incomplete_positions() if groups.group_of[p] not in waiting]
         for position in dropped:
-            results[position] = None  # a group trains whole or not at all
+            results[position] = None  # a group trains whole or not at all (a group waiting for engines: later)
         experiences = [e for r in results if r is not None for e in r]
         rewards = [e.reward for e in experiences if e.reward is not None]
-        failed_groups, abandoned_groups = groups.failed, groups.total - groups.complete - groups.failed
+        failed_groups = groups.failed
+        abandoned_groups = groups.total - groups.complete - groups.failed - len(waiting - groups.failed_names())
         metrics = {
             "tasks": float(len(tasks)),
             "succeeded": float(counts["succeeded"]),
             "failed": float(len(failures)),
             "attempts": float(counts["attempts"]),
             "retries": float(counts["retries"]),
+            "engine_lost_attempts": float(counts["engine_lost_attempts"]),
             "timeouts": float(counts["timeouts"]),
             "experiences": float(len(experiences)),
             "groups": float(groups.total),
@@ -403,24 +456,23 @@ class Scheduler:
         if failed_groups or abandoned_groups:
             logger.info("step: %d of %d groups complete, %d dropped (failed), %d abandoned (over-rollout)",
                         groups.complete, groups.total, failed_groups, abandoned_groups)
-        return StepResult(results=results, failures=failures, metrics=metrics)
+        return StepResult(results=results, failures=failures, metrics=metrics, unserved=unserved)
 
     def _pick(self, pending: deque[tuple[int, int, int | None]],
               free: deque[int]) -> tuple[tuple[int, int, int | None], int] | None:
         """Take the first pending attempt that a free runner may run, and that runner; None when there is none.
 
-        A retry runs on another engine than the one it failed on whenever there
-        is another engine: it waits for a runner of one rather than going back.
-        No attempt goes to a dead engine while a live one exists.
+        A retry runs on another engine than the one it failed on whenever another
+        one lives: it waits for a runner of one rather than going back. No
+        attempt goes to a dead engine.
         """
         engines = len(self.clients)
         candidates = [slot for slot in free if slot % engines not in self.dead_engines]
-        if len(self.dead_engines) == engines:  # no engine lives: the attempts fail and are reported
-            candidates = list(free)
+        live = engines - len(self.dead_engines)
         for entry in pending:
             avoid = entry[2]
             for slot in candidates:
-                if avoid is None or engines == 1 or slot % engines != avoid:
+                if avoid is None or live == 1 or slot % engines != avoid:
                     pending.remove(entry)
                     free.remove(slot)
                     return entry, slot

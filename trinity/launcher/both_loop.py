@@ -72,6 +72,8 @@ logger = logging.getLogger("trinity.launcher")
 
 #: Seconds the explorer thread gets to finish its batch when the run stops on an error.
 _STOP_GRACE_S = 30.0
+#: Seconds between the lines saying what a waiting thread waits for.
+_REPORT_EVERY_S = 30.0
 
 
 class BothLoop:
@@ -238,8 +240,15 @@ class BothLoop:
         if batch is None:
             return False
         position = self.tasks.state_dict()
+        tasks = training_tasks(self.session, batch, step)
+        waits = self.recovery is not None
         with self.engine_lock, self.clock.span(step_clock.EXPLORE):
-            result = self.scheduler.run(training_tasks(self.session, batch, step))
+            result = self.scheduler.run(tasks, wait_for_engines=waits)
+        while result.unserved:  # no engine lives: fresh ones, with the trainer's weights, run the rest of the batch
+            if not self._replace_dead_engines():
+                return True  # the run stops: the batch is not stored, and a resumed run explores it again
+            with self.engine_lock, self.clock.span(step_clock.EXPLORE):
+                result = self.scheduler.run(tasks, wait_for_engines=True, resume=result)
         experiences = result.experiences
         if result.failures:
             logger.warning("step %d: %d task(s) failed: %s", step + 1, len(result.failures), result.failures[0].error)
@@ -268,15 +277,25 @@ class BothLoop:
         self._replace_dead_engines()
         return True
 
-    def _replace_dead_engines(self) -> None:
-        """Start a fresh engine for each that died; wait until the trainer admits them with a sync of its weights."""
-        if self.recovery is None or not self.recovery.prepare(self.scheduler.dead_engines):
-            return
+    def _replace_dead_engines(self) -> bool:
+        """Start a fresh engine for each that died; wait until the trainer admits them with a sync of its weights.
+
+        Returns False when the run stops meanwhile.
+        """
+        if self.recovery is None or not self.recovery.prepare(self.scheduler.dead_engine_handles()):
+            return not self.stopping
+        begun = reported = time.monotonic()
         with self.cond:
             self.sync_requested = True
             self.cond.notify_all()
             while self.recovery.pending and not self.stopping:
                 self.cond.wait(0.2)
+                if time.monotonic() - reported >= _REPORT_EVERY_S:
+                    reported = time.monotonic()
+                    logger.warning("the explorer waits for the trainer to load its weights into the fresh rollout "
+                                   "engine(s) %s (%.0f s so far; the trainer syncs after its current step)",
+                                   sorted(self.recovery.pending), reported - begun)
+            return not self.stopping
 
     def _request_sync(self) -> None:
         """``explorer_driven``: every ``sync_interval`` explorer steps, wait for a sync of the trainer's weights."""

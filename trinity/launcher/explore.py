@@ -157,7 +157,17 @@ def _explore_batches(
             call_all(engines.rollout, "load_checkpoint_weights", str(folder), version)
             logger.info("explore: engines now hold the published weights of version %d", version)
             loaded = version
-        result = scheduler.run(training_tasks(session, batch, step))
+        batch_tasks = training_tasks(session, batch, step)
+        result = scheduler.run(batch_tasks, wait_for_engines=True)
+        while result.unserved:  # no engine lives: fresh ones with the same weights run the rest of the batch
+            recovery.prepare(scheduler.dead_engine_handles())
+            recovery.admit()
+            published = published_weights(sync_path)
+            loaded = 0
+            if published is not None:  # the fresh engines hold model.model_path: give them the published weights
+                call_all(engines.rollout, "load_checkpoint_weights", str(published[0]), published[1])
+                loaded = published[1]
+            result = scheduler.run(batch_tasks, wait_for_engines=True, resume=result)
         if result.failures:
             logger.warning("step %d: %d task(s) failed: %s", step + 1, len(result.failures), result.failures[0].error)
         dropped = int(result.metrics.get("dropped_groups", 0) + result.metrics.get("abandoned_groups", 0))
@@ -176,6 +186,6 @@ def _explore_batches(
         write_text_atomic(state_file, json.dumps(state, indent=2, sort_keys=True) + "\n")
         monitor.log(metrics, step=step + 1, phase=PHASE_EXPLORE)
         monitor.flush()
-        if recovery.prepare(scheduler.dead_engines):
+        if recovery.prepare(scheduler.dead_engine_handles()):
             recovery.admit()
             loaded = 0  # a fresh engine holds model.model_path: every engine loads the published weights again

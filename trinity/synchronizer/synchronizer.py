@@ -43,8 +43,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,6 +58,8 @@ from trinity.weight_transport import TensorMeta, WeightSyncGroupInfo, metas_byte
 logger = logging.getLogger(__name__)
 
 DEFAULT_GROUP_NAME = "trinity-weight-sync"
+#: Seconds between the lines saying what a sync still waits for.
+REPORT_EVERY_S = 30.0
 
 
 class SyncError(TrinityError, RuntimeError):
@@ -122,23 +124,41 @@ class _Calls:
 
     @staticmethod
     def wait(pending: Sequence[Any], deadline: float, what: str) -> list[Any]:
-        results = []
-        for item in pending:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+        """Return the results of every call in order; raise the first failure as soon as it happens.
+
+        One participant failing (an engine whose process died) ends the wait at
+        once, whatever the others still wait for (a rendezvous that would wait
+        for it until the timeout). Raises SyncTimeoutError(``what``) past
+        ``deadline``; says every :data:`REPORT_EVERY_S` seconds what it waits for.
+        """
+        results: list[Any] = [None] * len(pending)
+        left = dict(enumerate(pending))
+        begun = reported = time.monotonic()
+        while left:
+            now = time.monotonic()
+            if now >= deadline:
                 raise SyncTimeoutError(what)
-            if isinstance(item, Future):
-                try:
-                    results.append(item.result(timeout=remaining))
-                except FutureTimeout:
-                    raise SyncTimeoutError(what) from None
-            else:
+            if now - reported >= REPORT_EVERY_S:
+                reported = now
+                logger.warning("weight sync: %s, %d of %d call(s) not answered after %.0f s", what, len(left),
+                               len(pending), now - begun)
+            refs = {index: item for index, item in left.items() if not isinstance(item, Future)}
+            futures = {index: item for index, item in left.items() if isinstance(item, Future)}
+            slice_s = max(0.0, min(deadline - now, 0.05 if futures else 1.0))
+            if refs:
                 import ray
 
-                try:
-                    results.append(ray.get(item, timeout=remaining))
-                except ray.exceptions.GetTimeoutError:
-                    raise SyncTimeoutError(what) from None
+                ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=slice_s)
+                for index, ref in refs.items():
+                    if ref in ready:
+                        results[index] = ray.get(ref)  # a failed call raises here, at once
+                        del left[index]
+            elif futures:
+                futures_wait(list(futures.values()), timeout=slice_s, return_when=FIRST_COMPLETED)
+            for index, future in futures.items():
+                if future.done():
+                    results[index] = future.result()
+                    del left[index]
         return results
 
     def close(self) -> None:

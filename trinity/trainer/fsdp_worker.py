@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, cast
 
+import ray
 import torch
 from torch import nn
 
@@ -58,6 +59,10 @@ from trinity.trainer.models import (
 from trinity.trainer.plan import TrainingPlan
 from trinity.weight_transport.buckets import dtype_name
 from trinity.weight_transport.protocol import TensorMeta, WeightSyncGroupInfo
+
+#: The Ray concurrency group of a rank's weight-sync rendezvous, and how many may wait at once.
+WEIGHT_SYNC_GROUP = "weight_sync"
+WEIGHT_SYNC_THREADS = 4
 
 logger = logging.getLogger(__name__)
 
@@ -633,8 +638,15 @@ class FSDPWorker:
 
     # -- weight sync (trainer side of the synchronizer) ------------------------------------
 
+    @ray.method(concurrency_group=WEIGHT_SYNC_GROUP)
     def init_weight_sync(self, info: WeightSyncGroupInfo) -> None:
-        """Rank 0: host the weight-sync group as its rank 0 (blocks until the engines join). Others: no-op."""
+        """Rank 0: host the weight-sync group as its rank 0 (blocks until the engines join). Others: no-op.
+
+        As a Ray actor it runs in a thread of its own (:data:`WEIGHT_SYNC_GROUP`):
+        when an engine dies during the rendezvous, this call waits out its
+        timeout there while the rank keeps answering, and a new group can be
+        built at once.
+        """
         from trinity.weight_transport.group import WeightSyncGroup
 
         if self.rank != 0:

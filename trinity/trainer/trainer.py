@@ -134,6 +134,15 @@ def worker_actor_options(
     return options
 
 
+def remote_worker_class() -> Any:
+    """Return :class:`FSDPWorker` as a Ray actor class, with its weight-sync rendezvous in a thread group of its own."""
+    import ray
+
+    from trinity.trainer.fsdp_worker import WEIGHT_SYNC_GROUP, WEIGHT_SYNC_THREADS
+
+    return ray.remote(concurrency_groups={WEIGHT_SYNC_GROUP: WEIGHT_SYNC_THREADS})(FSDPWorker)
+
+
 class FSDPTrainer:
     """Drives ``world_size`` FSDP2 ranks running as Ray actors."""
 
@@ -182,10 +191,9 @@ class FSDPTrainer:
                 )
             ]
         else:
-            import ray
 
             cpus = float(run.cluster.cpus_per_bundle if num_cpus_per_worker is None else num_cpus_per_worker)
-            remote_cls = ray.remote(FSDPWorker)
+            remote_cls = remote_worker_class()
             self.workers = [
                 remote_cls.options(
                     **worker_actor_options(cpus, placement_group, bundle_offset + rank, run.explorer.env_vars)
