@@ -41,3 +41,14 @@ def kill_session(session: int, timeout: float = 30) -> None:
             except ProcessLookupError:
                 pass
         time.sleep(0.05)
+
+
+def signal_session(session: int, signum: int) -> list[int]:
+    """Send ``signum`` to every live process of ``session`` at once (as Slurm signals a job); return their pids."""
+    pids = session_pids(session)
+    for pid in pids:
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
+    return pids

@@ -72,3 +72,60 @@ def test_second_signal_during_the_stop_ends_at_once(second: int) -> None:
     assert process.returncode == 128 + second
     assert f"{signal.Signals(second).name} again: exiting at once" in err
 
+
+
+#: A command whose session probe says the cluster is gone: a stop signal then ends it at once, teardown skipped.
+GONE_PROGRAM = r"""
+import sys, time
+import trinity.cli.main as cli
+from trinity.utils import stop
+
+def blocking(args):
+    stop.watch_cluster(lambda: False, lambda: "its newest checkpoint is step 7 (/runs/x/checkpoints/step-7)")
+    try:
+        print("ready", flush=True)
+        time.sleep(60)
+    finally:
+        print("tearing down", flush=True)
+        time.sleep(30)
+    return 0
+
+def register(commands, common):
+    commands.add_parser("block", parents=[common]).set_defaults(handler=blocking)
+
+cli.COMMANDS = (*cli.COMMANDS, register)
+sys.exit(cli.main(["block"]))
+"""
+
+
+def test_a_stop_signal_that_took_the_cluster_with_it_ends_the_command_at_once() -> None:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen([sys.executable, "-c", GONE_PROGRAM], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=env, cwd=REPO)
+    assert process.stdout is not None and process.stdout.readline().strip() == "ready"
+    begun = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=20)
+    assert process.returncode == 143 and time.monotonic() - begun < 5  # not the 30 s teardown
+    (line,) = err.strip().splitlines()
+    assert line.startswith("trinity: error: SIGTERM reached the whole job: Ray's processes stopped with the driver")
+    assert "its newest checkpoint is step 7 (/runs/x/checkpoints/step-7)" in line and "SIGUSR1" in line
+
+
+def test_the_early_warning_signal_asks_for_a_save_and_stop_without_raising() -> None:
+    from trinity.utils import stop
+
+    stop.reset()
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)}
+    try:
+        stop.install()
+        assert not stop.requested() and not stop.signalled()
+        os.kill(os.getpid(), signal.SIGUSR1)
+        time.sleep(0.05)
+        assert stop.requested() and stop.signalled()
+        stopped = stop.terminated()
+        assert (stopped.name, stopped.exit_code) == ("SIGUSR1", 138)
+    finally:
+        stop.reset()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -152,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``trinity`` command line on ``argv`` (``sys.argv[1:]`` when None); return the exit status."""
     debug = os.environ.get(DEBUG_ENV) == "1"
     _tolerate_unencodable_output()
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, stop.SAVE_SIGNAL)}
     stop.reset()
     stop.install()  # before Ray starts; the session installs it again after ray.init replaced it
     try:
@@ -163,9 +163,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         known = carried_error(exc)
         _error(str(known))
         return known.exit_code
-    except stop.Terminated:
-        _error("terminated (SIGTERM)")
-        return stop.EXIT_TERMINATED
+    except stop.Terminated as exc:
+        _error(f"terminated ({exc.name})")
+        return exc.exit_code
     except KeyboardInterrupt:
         _error("interrupted")
         return EXIT_INTERRUPTED

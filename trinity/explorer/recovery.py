@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 from trinity.common.models.client import is_actor
 from trinity.errors import TrinityError
+from trinity.utils import stop
 
 logger = logging.getLogger(__name__)
 
@@ -106,6 +107,9 @@ class EngineRecovery:
         again or its fresh engine does not serve.
         """
         seen = dict(dead) if isinstance(dead, Mapping) else dict.fromkeys(dead)
+        if seen and stop.signalled():
+            logger.info("rollout engine(s) %s died while the run stops on a signal; not replaced", sorted(seen))
+            return False
         mine: list[int] = []
         with self._changed:
             for index in range(len(self.engines)):

@@ -63,6 +63,7 @@ from trinity.common.models.client import (
 )
 from trinity.common.models.engine import SamplingParams
 from trinity.common.workflows.base import Task, Workflow, make_workflow, sampling_from_model
+from trinity.utils import stop as stop_signals
 
 logger = logging.getLogger(__name__)
 
@@ -408,8 +409,9 @@ class Scheduler:
                         counts["succeeded"] += 1
                         groups.succeed(finished.position)
                     elif _engine_died(error):  # not the task's failure: it runs again elsewhere, no retry spent
-                        if finished.engine not in self.dead_engines:
-                            logger.warning("engine %d is dead; no more tasks go to it", finished.engine)
+                        if finished.engine not in self.dead_engines:  # (expected while the run stops on a signal)
+                            logger.log(logging.INFO if stop_signals.signalled() else logging.WARNING,
+                                       "engine %d is dead; no more tasks go to it", finished.engine)
                         self.dead_engines.add(finished.engine)
                         counts["engine_lost_attempts"] += 1
                         pending.appendleft((finished.position, finished.number, None))

@@ -280,8 +280,10 @@ class BothLoop:
     def _replace_dead_engines(self) -> bool:
         """Start a fresh engine for each that died; wait until the trainer admits them with a sync of its weights.
 
-        Returns False when the run stops meanwhile.
+        Returns False when the run stops meanwhile (a run stopping on a signal replaces no engine).
         """
+        if stop.signalled():
+            return False
         if self.recovery is None or not self.recovery.prepare(self.scheduler.dead_engine_handles()):
             return not self.stopping
         begun = reported = time.monotonic()
@@ -322,25 +324,15 @@ class BothLoop:
                 break  # the strategy dropped every group left as stale, and no more will come
         if stop.requested():
             self._save_on_stop()
-            raise stop.Terminated()
+            raise stop.terminated()
 
     def _save_on_stop(self) -> None:
         """Checkpoint the last whole step (unless it has one already) and log what the stop kept."""
+        from trinity.launcher.steps import save_on_stop
         from trinity.trainer.checkpoint import CheckpointDir
 
-        step = int(self.trainer.step)
-        saved = CheckpointDir(self.trainer.checkpoint_dir).complete_steps()
-        if step == 0:
-            logger.warning("SIGTERM: stopping before the first step; nothing to save")
-        elif step in saved:
-            logger.warning("SIGTERM: stopping after step %d, whose checkpoint was already saved", step)
-        else:
-            path = self.trainer.save_checkpoint(self.checkpoint_state())
-            logger.warning(
-                "SIGTERM: stopping after step %d; saved its checkpoint %s (the same command resumes from it)",
-                step,
-                path,
-            )
+        saved = int(self.trainer.step) in CheckpointDir(self.trainer.checkpoint_dir).complete_steps()
+        save_on_stop(self.trainer, self.checkpoint_state(), saved=saved)
 
     def _trainer_done(self) -> bool:
         limit = self.plan.trainer.total_steps

@@ -24,6 +24,7 @@ from trinity.launcher.steps import (
     training_tasks,
     write_ray_timeline,
 )
+from trinity.utils import stop
 
 logger = logging.getLogger("trinity.launcher")
 
@@ -147,6 +148,8 @@ def _explore_batches(
     recovery = recovery_for(session, engines, [scheduler])
     loaded = 0  # fresh engines hold model.model_path: version 0
     while True:
+        if stop.requested():  # SIGUSR1: every stored batch is kept already; stop before the next one
+            raise stop.terminated()
         step = tasks.position.step
         batch = tasks.next_batch_with_epochs()
         if batch is None:

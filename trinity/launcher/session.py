@@ -12,7 +12,14 @@ from pathlib import Path
 from trinity import device
 from trinity.common.config.plan.run import RunPlan
 from trinity.common.config.validator import Layout, resolve_layout
-from trinity.common.ray_connect import RayConnection, check_address, connect, describe_connection, disconnect
+from trinity.common.ray_connect import (
+    RayConnection,
+    check_address,
+    connect,
+    describe_connection,
+    disconnect,
+    gcs_problem,
+)
 from trinity.device.selection import Selection
 from trinity.launcher.run_lock import RunFolderLock, is_lock_file, lock_run_folder
 from trinity.utils import stop
@@ -38,11 +45,28 @@ class Session:
 
     def close(self) -> None:
         """Disconnect from Ray (stopping a cluster this process started), then let go of the run folder."""
+        stop.watch_cluster(None)
         try:
             disconnect(self.connection)
         finally:
             if self.lock is not None:
                 self.lock.release()
+
+
+def kept_checkpoint(plan: RunPlan) -> str:
+    """Return what a run stopped now keeps, for the line of a stop: its newest complete checkpoint, or none."""
+    from trinity.trainer.checkpoint import CheckpointDir
+
+    if plan.mode == "explore":
+        return "the same command continues after the last batch this job stored"
+    if plan.mode == "serve":
+        return "mode serve keeps nothing of its own"
+    folder = plan.run_dir / "checkpoints"
+    steps = CheckpointDir(folder).complete_steps()
+    if not steps:
+        return "no checkpoint was saved yet: the same command starts the run again"
+    newest = folder / f"step-{steps[-1]}"
+    return f"its newest checkpoint is step {steps[-1]} ({newest}): the same command resumes from it"
 
 
 def fresh_run_dir(plan: RunPlan) -> RunPlan:
@@ -91,6 +115,9 @@ def open_session(plan: RunPlan) -> Session:
                              local_resources=lambda: device.local_ray_resources(plan.cluster.device))
         undo.callback(disconnect, connection)
         stop.install()  # ray.init replaced the driver's SIGTERM handler with one that aborts the process
+        gcs = str(ray.get_runtime_context().gcs_address)  # type: ignore[no-untyped-call]
+        stop.watch_cluster(lambda: gcs_problem(gcs, timeout_s=0.5) is None, lambda: kept_checkpoint(plan))
+        undo.callback(stop.watch_cluster, None)
         resources = ray.cluster_resources()  # type: ignore[no-untyped-call]
         alive = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
         selection = device.select_backend(plan.cluster.device, cluster_resources=resources)

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from trinity.launcher.session import Session
+from trinity.utils import stop
 
 logger = logging.getLogger("trinity.launcher")
 
@@ -200,6 +201,20 @@ def write_ray_timeline(session: Session) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     ray.timeline(filename=str(target))  # type: ignore[no-untyped-call]
     logger.info("Ray timeline: %s", target)
+
+
+def save_on_stop(trainer: Any, state: dict[str, Any], *, saved: bool) -> None:
+    """Checkpoint the last whole step after a stop request (unless ``saved`` says it has one) and say what was kept."""
+    step = int(trainer.step)
+    name = stop.terminated().name
+    if step == 0:
+        logger.warning("%s: stopping before the first step; nothing to save", name)
+    elif saved:
+        logger.warning("%s: stopping after step %d, whose checkpoint was already saved", name, step)
+    else:
+        path = trainer.save_checkpoint(state)
+        logger.warning("%s: stopping after step %d; saved its checkpoint %s (the same command resumes from it)",
+                       name, step, path)
 
 
 def total_train_steps(session: Session, explore_batches: int | None) -> int | None:

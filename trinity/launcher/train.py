@@ -11,7 +11,7 @@ from trinity.launcher.device_record import write_device_record
 from trinity.launcher.explore import warn_if_not_persistent
 from trinity.launcher.placement import place
 from trinity.launcher.session import Session
-from trinity.launcher.steps import monitor_for, strategy_for, write_ray_timeline
+from trinity.launcher.steps import monitor_for, save_on_stop, strategy_for, write_ray_timeline
 from trinity.utils import stop
 
 logger = logging.getLogger("trinity.launcher")
@@ -64,20 +64,6 @@ def sample_until_stopped(source: Any, trainer_version: int, timeout: float | Non
             return None
 
 
-def save_on_stop(trainer: Any, saved: int, state: dict[str, Any]) -> None:
-    """Checkpoint the last whole step after a deferred SIGTERM (unless ``saved`` is it) and say what was kept."""
-    step = int(trainer.step)
-    if step == 0:
-        logger.warning("SIGTERM: stopping before the first step; nothing to save")
-    elif step == saved:
-        logger.warning("SIGTERM: stopping after step %d, whose checkpoint was already saved", step)
-    else:
-        path = trainer.save_checkpoint(state)
-        logger.warning(
-            "SIGTERM: stopping after step %d; saved its checkpoint %s (the same command resumes from it)", step, path
-        )
-
-
 def train_steps(session: Session, source: Any) -> int | None:
     """Return the steps this train job will take when known (a data set's epochs, or the step limit)."""
     plan = session.plan
@@ -107,7 +93,8 @@ def run_train(session: Session) -> None:
 
     With ``trainer.save_on_stop`` a SIGTERM lets the step in flight finish,
     checkpoints it and then stops the job (:class:`~trinity.utils.stop.Terminated`);
-    without it SIGTERM stops at once, like Ctrl-C.
+    without it SIGTERM stops at once, like Ctrl-C. SIGUSR1 (the early warning
+    of a batch scheduler) always does the former.
 
     Each step's record splits its wall time as mode both does
     (:mod:`trinity.monitor.step_clock`); rollouts run in another job, so
@@ -178,19 +165,15 @@ def run_train(session: Session) -> None:
         interval = plan.trainer.save_interval
         timeout = plan.buffer.experience.read_timeout if plan.buffer.experience is not None else None
         waited: StorageTimeoutError | None = None
-        deferring = bool(plan.trainer.save_on_stop)
-        if deferring:
+        if plan.trainer.save_on_stop:
             stack.enter_context(stop.deferred())
         clock = StepClock()  # no rollouts in this job: a step is reading, training, saving, publishing
         while not limit or trainer.step < limit:
             reading = time.monotonic()
             try:
-                if deferring:
-                    experiences = sample_until_stopped(source, trainer.step, timeout)
-                    if experiences is None:
-                        break
-                else:
-                    experiences = source.sample(trainer_version=trainer.step, timeout=timeout)
+                experiences = sample_until_stopped(source, trainer.step, timeout)  # None: asked to save and stop
+                if experiences is None:
+                    break
             except BufferExhaustedError:
                 logger.info("train: %s is exhausted; stopping after step %d", source.describe(), trainer.step)
                 break
@@ -219,11 +202,11 @@ def run_train(session: Session) -> None:
             metrics.update(clock.close_step())
             metrics[EXPLORE_WAIT_SECONDS] = started - reading
             monitor.log(metrics, step=step, phase=PHASE_TRAIN)
-            if deferring and stop.requested():
+            if stop.requested():
                 break
-        if deferring and stop.requested():
-            save_on_stop(trainer, saved, {"sampler": source.state_dict()})
-            raise stop.Terminated()
+        if stop.requested():
+            save_on_stop(trainer, {"sampler": source.state_dict()}, saved=trainer.step == saved)
+            raise stop.terminated()
         if trainer.step != saved:
             trainer.save_checkpoint({"sampler": source.state_dict()}, final=True)
         elif trainer.step and plan.trainer.save_hf == "last":

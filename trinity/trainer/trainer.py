@@ -140,7 +140,7 @@ def remote_worker_class() -> Any:
 
     from trinity.trainer.fsdp_worker import WEIGHT_SYNC_GROUP, WEIGHT_SYNC_THREADS
 
-    return ray.remote(concurrency_groups={WEIGHT_SYNC_GROUP: WEIGHT_SYNC_THREADS})(FSDPWorker)
+    return ray.remote(concurrency_groups={WEIGHT_SYNC_GROUP: WEIGHT_SYNC_THREADS})(FSDPWorker)  # type: ignore[call-overload]
 
 
 class FSDPTrainer:
