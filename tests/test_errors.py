@@ -139,3 +139,24 @@ def test_sqlites_full_database_maps_to_enospc_through_sqlalchemy_and_pickling(tm
         assert found is not None and found.errno == errno.ENOSPC
         assert describe_storage_error(found).startswith("No space left on device (errno ENOSPC); ")
     assert storage_error(sqlite3.OperationalError("no such table: t")) is None
+
+
+def test_an_os_error_reported_by_a_rust_library_is_a_storage_error() -> None:
+    """safetensors' writer raises SafetensorError with the OS error in its text only."""
+    import errno as errnos
+
+    from trinity.errors import os_error_of, storage_error
+
+    class SafetensorError(Exception):
+        pass
+
+    full = SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+    found = storage_error(RuntimeError("export failed").with_traceback(None))
+    assert found is None
+    wrapped = RuntimeError("export failed")
+    wrapped.__cause__ = full
+    found = storage_error(wrapped)
+    assert found is not None and found.errno == errnos.ENOSPC and found.strerror == "No space left on device"
+    debug_form = os_error_of(SafetensorError('IoError(Os { code: 30, kind: ReadOnlyFilesystem, message: "x" })'))
+    assert debug_form is not None and debug_form.errno == errnos.EROFS
+    assert os_error_of(SafetensorError("header too large")) is None

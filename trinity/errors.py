@@ -102,14 +102,31 @@ def sqlite_storage_error(error: BaseException) -> OSError | None:
     return OSError(number, os.strerror(number)) if number is not None else None
 
 
+#: How Rust's I/O errors name the OS error in their text (safetensors' writer: ``... (os error 28)``).
+_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)|Os \{ code: (\d+)")
+
+
+def os_error_of(error: BaseException) -> OSError | None:
+    """Return ``error`` itself when it is an OSError, or the OS error a Rust library reports in its text, or None."""
+    if isinstance(error, OSError):
+        return error
+    found = _RUST_OS_ERROR.search(str(error))
+    if found is None:
+        return None
+    number = int(found.group(1) or found.group(2))
+    return OSError(number, os.strerror(number))
+
+
 def storage_error(exc: BaseException) -> OSError | None:
     """Return the full-disk / quota / read-only / permission OSError behind ``exc``, or None when there is none.
 
-    An SQLite error meaning the same (see :func:`sqlite_storage_error`) counts too.
+    An SQLite error meaning the same (see :func:`sqlite_storage_error`) counts
+    too, and so does one a Rust library reports (:func:`os_error_of`).
     """
     for error in error_chain(exc):
-        if isinstance(error, OSError) and error.errno in STORAGE_ERRNOS:
-            return error
+        found = os_error_of(error)
+        if found is not None and found.errno in STORAGE_ERRNOS:
+            return found
         mapped = sqlite_storage_error(error)
         if mapped is not None:
             return mapped

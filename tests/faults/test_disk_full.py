@@ -166,3 +166,28 @@ def test_disk_full_while_writing_the_sqlite_buffer(
     assert code == 2, output[-3000:]
     database = tmp_path / "ckpt" / "e2e" / "run" / "buffer" / "experience.sqlite"
     assert f"{NO_SPACE} (errno ENOSPC) writing {database}" in line, line
+
+
+def test_disk_full_while_exporting_the_final_hugging_face_model(  # noqa: PLR0917 - fixtures
+    tmp_path: Path,
+    tiny_model: Path,
+    one_step: Path,
+    ray_tmp: Path,
+    fault_ledger: FaultLedger,
+    small_filesystem: Callable[[Path, int], bool],
+) -> None:
+    """The checkpoint fits, its Hugging Face export (written by safetensors' Rust code) does not."""
+    fault_ledger.case("enospc-hf-export")
+    step_size = verify(one_step / RUN / "checkpoints" / "step-1").size
+    run_dir = tmp_path / RUN
+    if not small_filesystem(run_dir / "checkpoints", step_size + (256 << 10)):
+        pytest.skip("a real small filesystem needs root (the export's writes are Rust's: no injector reaches them)")
+    config = write_config(tmp_path, sft_config(tmp_path, tiny_model, **{
+        "buffer.total_steps": 1, "trainer.save_hf_checkpoint": "last"}))
+    code, output = run(config, tmp_path / "run.log", ray_tmp=ray_tmp)
+    line = one_error_line(output)
+    assert code == 2, output[-3000:]
+    export = run_dir / "checkpoints" / "step-1" / "huggingface"
+    assert line.startswith(f"trinity: error: cannot export the Hugging Face model to {export}: {NO_SPACE}"), line
+    assert f"`trinity convert {run_dir / 'checkpoints' / 'step-1'} {export}`" in line
+    assert verify(run_dir / "checkpoints" / "step-1").status == "ok" and not export.exists()

@@ -29,7 +29,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from trinity.errors import EXIT_USAGE, STORAGE_ERRNOS, TrinityError, error_chain
+from trinity.errors import EXIT_USAGE, STORAGE_ERRNOS, TrinityError, error_chain, os_error_of
 from trinity.trainer.manifest import STATE_MANIFEST_KEY, Verdict, verify, write_manifest
 from trinity.utils.fs import fsync_dir, fsync_tree, write_text_atomic
 
@@ -65,8 +65,9 @@ def disk_write_problem(exc: BaseException, folder: Path) -> OSError | None:
     of :data:`PROBE_BYTES` is written into ``folder`` and its error returned.
     """
     for error in error_chain(exc):
-        if isinstance(error, OSError) and error.errno in DISK_ERRNOS:
-            return error
+        found = os_error_of(error)
+        if found is not None and found.errno in DISK_ERRNOS:
+            return found
     probe = folder / f".write-probe-{os.getpid()}"
     try:
         folder.mkdir(parents=True, exist_ok=True)

@@ -143,6 +143,29 @@ def remote_worker_class() -> Any:
     return ray.remote(concurrency_groups={WEIGHT_SYNC_GROUP: WEIGHT_SYNC_THREADS})(FSDPWorker)  # type: ignore[call-overload]
 
 
+def export_checkpoint(folder: Path) -> Path:
+    """Write the Hugging Face model of the checkpoint ``folder`` to ``<folder>/huggingface``; return that folder.
+
+    Raises ConversionError, and CheckpointWriteError (exit status 2, one line
+    naming the export folder) when the disk refused the export (full,
+    read-only, over quota): the checkpoint itself stays intact.
+    """
+    from trinity.manager.checkpoint_converter import convert_checkpoint
+
+    target = folder / HF_EXPORT
+    try:
+        return convert_checkpoint(folder, target, overwrite=True, check=False)
+    except Exception as exc:
+        problem = disk_write_problem(exc, folder)
+        if problem is None:
+            raise
+        raise CheckpointWriteError(
+            f"cannot export the Hugging Face model to {target}: {problem.strerror or problem} (the checkpoint "
+            f"{folder} is intact); free space there or point checkpoint_root_dir at a writable folder with room, "
+            f"then `trinity convert {folder} {target}` writes the export"
+        ) from exc
+
+
 class FSDPTrainer:
     """Drives ``world_size`` FSDP2 ranks running as Ray actors."""
 
@@ -424,14 +447,13 @@ class FSDPTrainer:
     def export_hf(self, checkpoint: str | Path | None = None) -> Path | None:
         """Write the Hugging Face model of ``checkpoint`` (default: the newest intact) to ``<checkpoint>/huggingface``.
 
-        Returns the folder, or None when there is no checkpoint. Raises ConversionError.
+        Returns the folder, or None when there is no checkpoint. Raises
+        ConversionError, and CheckpointWriteError (see :func:`export_checkpoint`).
         """
-        from trinity.manager.checkpoint_converter import convert_checkpoint
-
         folder = Path(checkpoint) if checkpoint is not None else CheckpointDir(self.checkpoint_dir).usable_latest()
         if folder is None:
             return None
-        exported = convert_checkpoint(folder, folder / HF_EXPORT, overwrite=True, check=False)
+        exported = export_checkpoint(folder)
         logger.info("Hugging Face model of step %d: %s", self.step, exported)
         return exported
 
