@@ -14,6 +14,7 @@ current-cluster record is written into a private Ray temp dir, so no other
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from ray.cluster_utils import Cluster
@@ -33,3 +34,13 @@ def npu_cluster() -> Iterator[Cluster]:
     """A CPU-only head (1 CPU) and two nodes with 4 CPUs advertising ``{"NPU": 8}`` each."""
     with simulated_cluster(1, [{"num_cpus": 4, "resources": {"NPU": 8}}] * 2) as cluster:
         yield cluster
+
+
+@pytest.fixture
+def acme_dir(tmp_path: Path) -> Path:
+    """A folder with two Acme device nodes (plain files: the example vendor backend only lists them)."""
+    folder = tmp_path / "acme-dev"
+    folder.mkdir()
+    for index in range(2):
+        (folder / f"acme{index}").touch()
+    return folder

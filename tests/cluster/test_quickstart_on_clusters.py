@@ -62,16 +62,6 @@ def cluster_of(kind: str, nodes: int, acme_dir: Path) -> Iterator[None]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-@pytest.fixture
-def acme_dir(tmp_path: Path) -> Path:
-    """A folder with two Acme device nodes (plain files: the backend only lists them)."""
-    folder = tmp_path / "acme-dev"
-    folder.mkdir()
-    for index in range(2):
-        (folder / f"acme{index}").touch()
-    return folder
-
-
 @pytest.mark.parametrize("kind", list(CLUSTERS))
 def test_the_quickstart_lays_out_on_one_node_of_any_kind(kind: str, quickstart_env: Path, acme_dir: Path) -> None:
     _, backend, key, engine_type, collective = CLUSTERS[kind]

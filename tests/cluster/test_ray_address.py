@@ -74,15 +74,6 @@ def device_json(tmp_path: Path) -> dict[str, Any]:
     return json.loads((tmp_path / "ckpt" / "quickstart" / "toy-repeat-grpo" / "device.json").read_text())
 
 
-@pytest.fixture
-def acme_dir(tmp_path: Path) -> Path:
-    folder = tmp_path / "acme-dev"
-    folder.mkdir()
-    for index in range(2):
-        (folder / f"acme{index}").touch()
-    return folder
-
-
 def test_ray_address_alone_takes_the_run_to_a_two_node_custom_key_cluster(tmp_path: Path, acme_dir: Path) -> None:
     with unrecorded_cluster([{"num_cpus": 4, "resources": {"ACME": 2}}] * 2, acme_dir) as cluster:
         done = trinity("run", "--config", str(QUICKSTART), *TWO_STEPS, "--set", "cluster.node_num=2",

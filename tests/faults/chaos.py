@@ -333,6 +333,12 @@ def drive(
             job.close()
 
 
+def chaos_seeds(*fixed: int) -> list[int]:
+    """Return the seeds a chaos case runs with: ``TRINITY_CHAOS_SEEDS=1,2,3`` when set, else ``fixed``."""
+    chosen = os.environ.get("TRINITY_CHAOS_SEEDS")
+    return [int(s) for s in chosen.split(",")] if chosen else list(fixed)
+
+
 def one_line_failure(text: str) -> str | None:
     """Return why a failed run's output does not end in one ``trinity: error:`` line, or None when it does."""
     lines = [line for line in text.splitlines() if line.strip()]

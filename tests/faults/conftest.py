@@ -1,4 +1,5 @@
-"""The fault suite's ledger: one per pytest session, reported at the end of the run."""
+"""The fault suite's fixtures: its ledger (one per pytest session, reported at the end), the tiny model of each
+module, private Ray temp folders, unwritable folders and small filesystems."""
 
 from __future__ import annotations
 
@@ -22,6 +23,14 @@ _LEDGER = FaultLedger()
 def fault_ledger() -> FaultLedger:
     """The session's record of fault cases, kills and lost steps."""
     return _LEDGER
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny model built for the module (a case may damage or move its copy; other modules keep theirs)."""
+    from trinity.common.models.tiny import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("model") / "tiny")
 
 
 @pytest.fixture

@@ -26,13 +26,6 @@ FAST_S = 15.0
 
 
 @pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from trinity.common.models.tiny import build_tiny_model
-
-    return build_tiny_model(tmp_path_factory.mktemp("model") / "tiny")
-
-
-@pytest.fixture(scope="module")
 def web_server() -> Iterator[str]:
     """Yield ``host:port`` of a listener that answers every connection like an HTTP/1 web server (not Ray)."""
     with http_listener() as address:

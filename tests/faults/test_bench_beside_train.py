@@ -14,19 +14,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
 from tests.e2e.test_run_both import job_config
 from tests.faults.ledger import FaultLedger
 from tests.faults.operator_view import finish, one_error_line, run, sft_config, start, train_steps, write_config
 from tests.trainer.test_verified_checkpoints import DAMAGES
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from trinity.common.models.tiny import build_tiny_model
-
-    return build_tiny_model(tmp_path_factory.mktemp("model") / "tiny")
 
 
 def _holder(lock: Path) -> int | None:

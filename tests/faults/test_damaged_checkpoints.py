@@ -20,13 +20,6 @@ RUN = Path("ckpt") / "faults" / "sft"
 
 
 @pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from trinity.common.models.tiny import build_tiny_model
-
-    return build_tiny_model(tmp_path_factory.mktemp("model") / "tiny")
-
-
-@pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Path:
     """A folder holding a finished run of two steps, checkpointed after each."""
     import tempfile

@@ -31,13 +31,6 @@ NO_SPACE = "No space left on device"
 RUN = Path("ckpt") / "faults" / "sft"
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from trinity.common.models.tiny import build_tiny_model
-
-    return build_tiny_model(tmp_path_factory.mktemp("model") / "tiny")
-
-
 def _checkpoints(run_dir: Path) -> list[str]:
     return sorted(p.name for p in (run_dir / "checkpoints").glob("step-*"))
 

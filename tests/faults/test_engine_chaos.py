@@ -13,7 +13,6 @@ every group the explorer was given: none dropped, none failed.
 
 from __future__ import annotations
 
-import os
 import random
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import pytest
 import yaml
 
 from tests.e2e.test_run_both import job_config
-from tests.faults.chaos import Job, after_train_step, drive
+from tests.faults.chaos import Job, after_train_step, chaos_seeds, drive
 from tests.faults.ledger import FaultLedger
 from trinity.monitor import load_records
 
@@ -29,20 +28,8 @@ STEPS = 24
 KILLS = 10  # per case: 20 across the two cases
 
 
-def _seeds(*fixed: int) -> list[int]:
-    chosen = os.environ.get("TRINITY_CHAOS_SEEDS")
-    return [int(s) for s in chosen.split(",")] if chosen else list(fixed)
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from trinity.common.models.tiny import build_tiny_model
-
-    return build_tiny_model(tmp_path_factory.mktemp("model") / "tiny")
-
-
 @pytest.mark.parametrize("engines", [1, 2], ids=lambda n: f"{n}-engine{'s' if n > 1 else ''}")
-@pytest.mark.parametrize("seed", _seeds(1), ids=lambda s: f"seed{s}")
+@pytest.mark.parametrize("seed", chaos_seeds(1), ids=lambda s: f"seed{s}")
 def test_engines_killed_ten_times_lose_no_step_and_no_group(
     tmp_path: Path, tiny_model: Path, fault_ledger: FaultLedger, seed: int, engines: int
 ) -> None:

@@ -10,7 +10,6 @@ in every failure message; ``TRINITY_CHAOS_SEEDS=1,2,3`` runs other seeds.
 
 from __future__ import annotations
 
-import os
 import random
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from tests.faults.chaos import (
     Job,
     after_explore_step,
     after_train_step,
+    chaos_seeds,
     draw_train_kills,
     drive,
     one_line_failure,
@@ -32,18 +32,6 @@ from tests.faults.ledger import FaultLedger
 
 GROUP_SIZE = 4  # algorithm.repeat_times
 GROUPS_PER_BATCH = 2  # buffer.batch_size
-
-
-def _seeds(*fixed: int) -> list[int]:
-    chosen = os.environ.get("TRINITY_CHAOS_SEEDS")
-    return [int(s) for s in chosen.split(",")] if chosen else list(fixed)
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from trinity.common.models.tiny import build_tiny_model
-
-    return build_tiny_model(tmp_path_factory.mktemp("model") / "tiny")
 
 
 def _write(tmp: Path, name: str, raw: dict) -> Path:
@@ -131,7 +119,7 @@ def _kill_both_mode(
     assert sum(len(run.killed) for run in job.runs) == kills
 
 
-@pytest.mark.parametrize("seed", _seeds(1), ids=lambda s: f"seed{s}")
+@pytest.mark.parametrize("seed", chaos_seeds(1), ids=lambda s: f"seed{s}")
 def test_driver_trainer_rank_and_engine_killed_in_async_mode_both(
     tmp_path: Path,
     tiny_model: Path,
@@ -163,7 +151,7 @@ def test_driver_trainer_rank_and_engine_killed_in_async_mode_both(
     )
 
 
-@pytest.mark.parametrize("seed", _seeds(1), ids=lambda s: f"seed{s}")
+@pytest.mark.parametrize("seed", chaos_seeds(1), ids=lambda s: f"seed{s}")
 def test_two_of_driver_trainer_and_engine_killed_in_serial_mode_both(
     tmp_path: Path,
     tiny_model: Path,
@@ -189,7 +177,7 @@ def test_two_of_driver_trainer_and_engine_killed_in_serial_mode_both(
     )
 
 
-@pytest.mark.parametrize("seed", _seeds(1), ids=lambda s: f"seed{s}")
+@pytest.mark.parametrize("seed", chaos_seeds(1), ids=lambda s: f"seed{s}")
 def test_explore_and_train_jobs_killed_while_sharing_a_sqlite_buffer(
     tmp_path: Path,
     tiny_model: Path,

@@ -16,13 +16,6 @@ from trinity.cli.main import main
 from trinity.trainer.manifest import verify
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from trinity.common.models.tiny import build_tiny_model
-
-    return build_tiny_model(tmp_path_factory.mktemp("model") / "tiny")
-
-
 def _config(tmp_path: Path, model: Path, steps: int) -> Path:
     raw = job_config(
         tmp_path,

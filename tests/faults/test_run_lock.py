@@ -16,13 +16,6 @@ from tests.faults.ledger import FaultLedger
 from tests.processes import kill_session
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from trinity.common.models.tiny import build_tiny_model
-
-    return build_tiny_model(tmp_path_factory.mktemp("model") / "tiny")
-
-
 @pytest.fixture
 def started() -> Iterator[list[subprocess.Popen[bytes]]]:
     """Runs started by a test; each is SIGKILLed with everything it started (its Ray cluster) at the end."""

@@ -10,7 +10,6 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
 import yaml
 
 from tests.e2e.test_run_both import job_config, records, run_cli
@@ -18,13 +17,6 @@ from tests.faults.ledger import FaultLedger
 from tests.processes import kill_session, session_pids, signal_session
 
 STEPS = 5
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from trinity.common.models.tiny import build_tiny_model
-
-    return build_tiny_model(tmp_path_factory.mktemp("model") / "tiny")
 
 
 

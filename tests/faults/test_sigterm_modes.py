@@ -14,20 +14,11 @@ import signal
 import time
 from pathlib import Path
 
-import pytest
-
 from tests.e2e.test_run_both import job_config
 from tests.faults.ledger import FaultLedger
 from tests.faults.operator_view import finish, one_error_line, sft_config, start, train_steps, write_config
 
 TERMINATED = "trinity: error: terminated (SIGTERM)"
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from trinity.common.models.tiny import build_tiny_model
-
-    return build_tiny_model(tmp_path_factory.mktemp("model") / "tiny")
 
 
 def _terminate_when(config: Path, log: Path, ray_tmp: Path, ready: object) -> str:

@@ -76,6 +76,10 @@ _STOP_GRACE_S = 30.0
 _REPORT_EVERY_S = 30.0
 
 
+class _Unstored(Exception):
+    """The explorer thread ends with its batch (numbered in ``args[0]``) not stored, because the run stops."""
+
+
 class BothLoop:
     """Explorer thread plus trainer (main thread), meeting in the buffer and the synchronizer."""
 
@@ -197,6 +201,9 @@ class BothLoop:
                     break
                 if self.style == "explorer_driven":
                     self._request_sync()
+        except _Unstored as unstored:
+            logger.info("the explorer stops: batch %d is not stored (no engine to finish it while the run stops)",
+                        unstored.args[0])
         except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which raises it
             with self.cond:
                 self.error = exc
@@ -246,7 +253,7 @@ class BothLoop:
             result = self.scheduler.run(tasks, wait_for_engines=waits)
         while result.unserved:  # no engine lives: fresh ones, with the trainer's weights, run the rest of the batch
             if not self._replace_dead_engines():
-                return True  # the run stops: the batch is not stored, and a resumed run explores it again
+                raise _Unstored(step + 1)  # the run stops: a resumed run explores this batch again
             with self.engine_lock, self.clock.span(step_clock.EXPLORE):
                 result = self.scheduler.run(tasks, wait_for_engines=True, resume=result)
         experiences = result.experiences

@@ -162,7 +162,9 @@ def _explore_batches(
             loaded = version
         batch_tasks = training_tasks(session, batch, step)
         result = scheduler.run(batch_tasks, wait_for_engines=True)
-        while result.unserved:  # no engine lives: fresh ones with the same weights run the rest of the batch
+        while result.unserved:  # no engine lives: fresh ones with the published weights run the rest of the batch
+            if stop.signalled():  # the run stops: the batch is not stored, and the next run explores it again
+                raise stop.terminated()
             recovery.prepare(scheduler.dead_engine_handles())
             recovery.admit()
             published = published_weights(sync_path)
