@@ -316,3 +316,34 @@ def test_a_fresh_engine_whose_process_dies_while_it_starts_is_started_again(
     finally:
         for actor in [*engines, *starts]:
             ray_cluster.kill(actor)
+
+
+def test_a_sync_that_meets_deaths_one_after_another_replaces_each_and_syncs(
+        ray_cluster: Any, engine_class: Any) -> None:
+    """A second engine dies while the first one's replacement joins: that sync fails too, and is retried."""
+    engines = [engine_class.remote(0), engine_class.remote(1)]
+    started: list[Any] = []
+
+    class DyingSync(FlakySync):
+        def sync(self, version: int) -> str:
+            self.calls.append(list(self.engines))
+            if len(self.calls) == 2:  # the retry: the other engine dies now
+                _sigkill(ray_cluster, self.engines[1])
+            if len(self.calls) <= 2:
+                raise SyncError(f"weight sync of version {version} failed: ActorDiedError")
+            return f"synced {version}"
+
+    def start(index: int) -> Any:
+        started.append(engine_class.remote(70 + index))
+        return started[-1]
+
+    sync = DyingSync(engines)
+    recovery = EngineRecovery(engines, start, users=[sync])
+    try:
+        _sigkill(ray_cluster, engines[0])
+        assert recovery.sync(sync, 5) == "synced 5"
+        assert sync.replaced == [0, 1] and len(sync.calls) == 3
+        assert ray_cluster.get([e.model_version.remote() for e in engines]) == [70, 71]
+    finally:
+        for actor in [*engines, *started]:
+            ray_cluster.kill(actor)

@@ -46,7 +46,7 @@ def test_bench_evaluates_the_intact_checkpoints_beside_a_running_train_job(
             tmp_path,
             tiny_model,
             **names,
-            **{"buffer.total_steps": 400, "buffer.total_epochs": 100, "trainer.save_interval": 0},
+            **{"buffer.total_steps": 100_000, "buffer.total_epochs": 10_000, "trainer.save_interval": 0},
         ),
         "train.yaml",
     )

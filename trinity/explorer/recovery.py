@@ -95,16 +95,17 @@ class EngineRecovery:
         self._starting: set[int] = set()
         self._changed = threading.Condition(threading.Lock())
 
-    def prepare(self, dead: Mapping[int, Any] | Iterable[int]) -> bool:
+    def prepare(self, dead: Mapping[int, Any] | Iterable[int], *, served: bool = True) -> bool:
         """Start a fresh engine for each ``dead`` engine not replaced yet; return whether any awaits admission.
 
         ``dead`` maps each dead engine's index to the engine seen dead (a slot
         whose engine is another one by now was replaced already and is left
-        alone), or lists indices. Engines not in ``dead`` served the step:
-        their count of replacements in a row starts again. Returns once the
-        fresh engines of ``dead`` serve (started here or by another thread).
-        Raises :class:`EngineLostError` when an engine may not be replaced
-        again or its fresh engine does not serve.
+        alone), or lists indices. With ``served`` (after a rollout step), the
+        engines not in ``dead`` served the step: their count of replacements
+        in a row starts again. Returns once the fresh engines of ``dead``
+        serve (started here or by another thread). Raises
+        :class:`EngineLostError` when an engine may not be replaced again or
+        its fresh engine does not serve.
         """
         seen = dict(dead) if isinstance(dead, Mapping) else dict.fromkeys(dead)
         if seen and stop.signalled():
@@ -112,7 +113,7 @@ class EngineRecovery:
             return False
         mine: list[int] = []
         with self._changed:
-            for index in range(len(self.engines)):
+            for index in range(len(self.engines) if served else 0):
                 if index not in seen and index not in self.pending and index not in self._starting:
                     self.in_a_row[index] = 0
             for index in sorted(seen):
@@ -265,22 +266,23 @@ class EngineRecovery:
         """Admit the fresh engines, then sync ``version`` to every engine; return the sync's report.
 
         A sync that fails because an engine died replaces that engine at once
-        and syncs again. Raises the sync's error when no engine died, and
-        :class:`EngineLostError` when a dead one cannot be replaced.
+        and syncs again, as often as engines die (each death counts toward
+        its slot's limit in a row). Raises the sync's error when no engine
+        died, and :class:`EngineLostError` when a dead one cannot be replaced.
         """
         from trinity.synchronizer.synchronizer import SyncError
 
         self.admit()
-        try:
-            return synchronizer.sync(version=version)
-        except SyncError:
-            dead = self._dead_engines()
-            if not dead:
-                raise
-            logger.warning("the sync of version %d failed: rollout engine(s) %s died", version, sorted(dead))
-        self.prepare(dead)
-        self.admit()
-        return synchronizer.sync(version=version)
+        while True:
+            try:
+                return synchronizer.sync(version=version)
+            except SyncError:
+                dead = self._dead_engines()
+                if not dead:
+                    raise
+                logger.warning("the sync of version %d failed: rollout engine(s) %s died", version, sorted(dead))
+            self.prepare(dead, served=False)  # each death counts: past the limit in a row, EngineLostError
+            self.admit()
 
     def close(self) -> None:
         """End the fresh engines that were never admitted (the run is ending)."""
