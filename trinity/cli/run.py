@@ -34,6 +34,11 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
         help="override a config value by dotted path (YAML value), e.g. --set trainer.save_interval=2",
     )
+    run.add_argument(
+        "--plugin-dir", dest="plugin_dirs", action="append", default=[], metavar="DIR",
+        help="load every Python file of DIR before the config is read: your own workflows, rewards, algorithms "
+        "and operators, registered by name (repeatable; TRINITY_PLUGIN_DIRS and trinity/plugins load too)",
+    )
     run.set_defaults(handler=cmd_run)
 
     convert = commands.add_parser(
@@ -69,6 +74,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.device and not args.dry_run:
         raise CLIError("--device plans for another backend and needs --dry-run; to run on a backend, set "
                        "cluster.device or TRINITY_DEVICE", EXIT_USAGE)
+    from trinity.utils.plugins import load_plugins
+
+    load_plugins(args.plugin_dirs)  # before the config is read: it names what the plugins register
     if args.dry_run:
         from trinity.cli.dry_run import dry_run
 

@@ -15,10 +15,12 @@ imported on demand, as upstream Trinity-RFT configs expect.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib
-from collections.abc import Callable, Iterator
-from typing import Generic, TypeVar, cast
+import inspect
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Generic, TypeVar, cast
 
 from trinity.errors import EXIT_USAGE, TrinityError
 
@@ -51,6 +53,40 @@ class _Declared:
         self.target = target
 
 
+def _describe(obj: object) -> str:
+    """Return where ``obj`` is defined, for messages: ``module:Qualname``, or a declared entry's target."""
+    if isinstance(obj, _Declared):
+        return f"{obj.target} (built in)"
+    module = getattr(obj, "__module__", None)
+    name = getattr(obj, "__qualname__", None) or type(obj).__name__
+    return f"{module}:{name}" if module else str(name)
+
+
+def _source_file(obj: object) -> str | None:
+    """Return the file ``obj`` was defined in (a function's code, a class's module or methods), or None."""
+    code = getattr(obj, "__code__", None)
+    if code is not None:
+        return str(code.co_filename)
+    module = inspect.getmodule(obj)
+    if module is not None and getattr(module, "__file__", None):
+        return str(module.__file__)
+    for member in vars(obj).values() if isinstance(obj, type) else ():
+        code = getattr(member, "__code__", None)
+        if code is not None:
+            return str(code.co_filename)
+    return None
+
+
+def _same_definition(first: object, second: object) -> bool:
+    """Whether two objects are one definition loaded twice: the same qualified name in the same source file."""
+    if isinstance(first, _Declared) or isinstance(second, _Declared):
+        return False
+    if getattr(first, "__qualname__", None) != getattr(second, "__qualname__", object()):
+        return False
+    source = _source_file(first)
+    return source is not None and source == _source_file(second)
+
+
 def import_object(target: str) -> object:
     """Return the object named by ``module:attr`` or ``module.attr``; raises ImportError/AttributeError."""
     module_name, sep, attr = target.partition(":")
@@ -65,13 +101,32 @@ def import_object(target: str) -> object:
 
 
 class Registry(Generic[T]):
-    """Named objects of one kind; ``kind`` is used in error messages ("advantage function")."""
+    """Named objects of one kind; ``kind`` is used in error messages ("advantage function").
 
-    def __init__(self, kind: str, *, allow_import_path: bool = True) -> None:
+    Upstream Trinity-RFT's registry API works too: ``register_module(name)``
+    (a decorator, or with ``module_cls``; ``force`` replaces an entry),
+    ``default_mapping`` (names declared by dotted path), ``name`` and
+    ``modules``.
+    """
+
+    def __init__(self, kind: str, *, allow_import_path: bool = True,
+                 default_mapping: Mapping[str, str] | None = None) -> None:
         self.kind = kind
         #: Whether an unregistered dotted name (``pkg.module.Name``) is imported on demand.
         self.allow_import_path = allow_import_path
         self._items: dict[str, T | _Declared] = {}
+        for name, target in (default_mapping or {}).items():
+            self.declare(name, target)
+
+    @property
+    def name(self) -> str:
+        """The registry's kind (upstream calls it the registry's name)."""
+        return self.kind
+
+    @property
+    def modules(self) -> dict[str, T]:
+        """Every entry imported so far, by name (upstream's view of a registry)."""
+        return {k: v for k, v in self._items.items() if not isinstance(v, _Declared)}
 
     def register(self, name: str) -> Callable[[T], T]:
         """Return a decorator registering its argument under ``name``."""
@@ -82,12 +137,38 @@ class Registry(Generic[T]):
 
         return decorate
 
+    def register_module(self, module_name: str | None = None, module_cls: T | None = None, force: bool = False,
+                        lazy: bool = False) -> Any:
+        """Upstream's registration: a decorator, or register ``module_cls`` at once; the name defaults to the
+        class's. ``force`` replaces what holds the name; ``lazy`` is accepted (entries import when used)."""
+        if module_name is not None and not isinstance(module_name, str):
+            raise TypeError(f"module_name must be a str or None, got {type(module_name).__name__}")
+
+        def decorate(obj: T) -> T:
+            name = module_name if module_name is not None else str(getattr(obj, "__name__", ""))
+            if force:
+                self._items[self._key(name)] = obj
+            else:
+                self.add(name, obj)
+            with contextlib.suppress(AttributeError, TypeError):
+                obj._name = name  # type: ignore[attr-defined]  # upstream sets it on registered classes
+            return obj
+
+        return decorate(module_cls) if module_cls is not None else decorate
+
     def add(self, name: str, obj: T) -> None:
-        """Register ``obj`` under ``name``; raises :class:`DuplicateNameError` if taken."""
+        """Register ``obj`` under ``name``; raises :class:`DuplicateNameError` if another object holds it.
+
+        The same class imported twice (a plugin file loaded as a plugin and
+        again by its module path) is the same entry, not a duplicate.
+        """
         key = self._key(name)
         current = self._items.get(key)
-        if current is not None and current is not obj:
-            raise DuplicateNameError(f"{self.kind} {key!r} is registered twice")
+        if current is not None and current is not obj and not _same_definition(current, obj):
+            raise DuplicateNameError(
+                f"{self.kind} {key!r} is registered twice: it already names {_describe(current)}; register "
+                f"{_describe(obj)} under another name (or with force=True to replace it)"
+            )
         self._items[key] = obj
 
     def declare(self, name: str, target: str) -> None:

@@ -57,8 +57,12 @@ from trinity.trainer.models import (
     torch_dtype,
 )
 from trinity.trainer.plan import TrainingPlan
+from trinity.utils import plugins
 from trinity.weight_transport.buckets import dtype_name
 from trinity.weight_transport.protocol import TensorMeta, WeightSyncGroupInfo
+
+# A rank started by a driver that loaded user plugins loads them too, before it unpickles a plan naming them.
+plugins.load_in_worker()
 
 #: The Ray concurrency group of a rank's weight-sync rendezvous, and how many may wait at once.
 WEIGHT_SYNC_GROUP = "weight_sync"

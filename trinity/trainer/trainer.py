@@ -120,9 +120,12 @@ def worker_actor_options(
     num_cpus: float, placement_group: Any = None, bundle_index: int = 0, env: dict[str, str] | None = None
 ) -> dict[str, Any]:
     """Return Ray actor options for one trainer rank: one device of the selected backend plus ``num_cpus``."""
+    from trinity.utils import plugins
+
     options: dict[str, Any] = {
         "num_cpus": num_cpus,
-        "runtime_env": {"env_vars": {**(env or {}), **trinity.device.worker_env()}},
+        # the user's plugins (custom losses, advantages, ...) load in the rank: see trinity.trainer.fsdp_worker
+        "runtime_env": {"env_vars": {**(env or {}), **plugins.worker_env(), **trinity.device.worker_env()}},
     }
     options.update(trinity.device.ray_actor_resources(1))
     if placement_group is not None:
