@@ -63,3 +63,19 @@ def test_a_ray_client_address_where_nothing_listens_is_one_line_at_once() -> Non
 def test_a_ray_client_address_where_a_web_server_answers_is_refused(web_server: str) -> None:
     with pytest.raises(RayConnectionError, match="it is not a Ray client server"):
         check_address(f"ray://{web_server}")
+
+
+def test_a_ray_temp_folder_too_long_for_unix_sockets_is_one_line(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import ray
+
+    from trinity.common.ray_connect import RayConnectionError, connect
+
+    long_folder = tmp_path / ("x" * 60)
+    long_folder.mkdir()
+    monkeypatch.setenv("RAY_TMPDIR", str(long_folder))
+    monkeypatch.setenv("RAY_ADDRESS", "local")
+    with pytest.raises(RayConnectionError) as caught:
+        connect("auto", num_cpus=1)
+    assert not ray.is_initialized()
+    assert "longer than the 107 bytes a Unix socket allows; point RAY_TMPDIR at a shorter folder" in str(caught.value)
+    assert caught.value.exit_code == 2

@@ -419,3 +419,13 @@ class _ListStorage(ExperienceStorage):
 
     def size(self) -> int:
         return len(self.rows)
+
+
+def test_a_fresh_run_that_trains_no_step_fails_instead_of_ending_well(monkeypatch: pytest.MonkeyPatch) -> None:
+    from trinity.launcher.steps import NothingTrainedError
+
+    parts = Parts(3, all_fail_at=(1, 2, 3))  # every batch's groups dropped: every training batch skipped
+    with pytest.raises(NothingTrainedError, match=r"the run trained no step from its 3 batch\(es\): 0 group\(s\) "
+                                                  r"stored, 3 training batch\(es\) skipped"):
+        _loop(parts, monkeypatch).run(resumed=False)
+    assert not [e for e in parts.events if e[0] == "train"]

@@ -212,7 +212,17 @@ def connect(
         ray.init(address=live, **kwargs)
         return RayConnection(address=live, started_here=False, origin=origin)
     resources = dict(local_resources()) if local_resources is not None else {}
-    ray.init(address="local", num_cpus=num_cpus, resources=resources or None, **kwargs)
+    try:
+        ray.init(address="local", num_cpus=num_cpus, resources=resources or None, **kwargs)
+    except OSError as exc:
+        if "AF_UNIX path length" not in str(exc):
+            raise
+        folder = current_cluster_file().parent.parent
+        raise RayConnectionError(
+            f"cannot start a local Ray cluster: its socket paths under the Ray temp folder ({folder}) would be "
+            "longer than the 107 bytes a Unix socket allows; point RAY_TMPDIR at a shorter folder "
+            "(e.g. RAY_TMPDIR=/tmp/ray-mine)"
+        ) from None
     return RayConnection(address="local", started_here=True, origin=origin)
 
 

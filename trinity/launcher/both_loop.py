@@ -62,7 +62,7 @@ from trinity.buffer.errors import BufferExhaustedError, StorageError
 from trinity.buffer.sampling import group_sizes
 from trinity.launcher.evaluation import evaluate
 from trinity.launcher.session import Session
-from trinity.launcher.steps import explore_metrics, training_tasks
+from trinity.launcher.steps import check_step_failures, check_trained, explore_metrics, training_tasks
 from trinity.launcher.untaken import UntakenBatches
 from trinity.monitor import step_clock
 from trinity.monitor.keys import EXPLORE_WAIT_SECONDS, SAVE_SECONDS
@@ -142,6 +142,10 @@ class BothLoop:
         self.absorbed = 0
         self.exhausted = False
         self.synced_version = int(trainer.step)
+        #: The trainer's step when this run started, the training steps and explorer batches it has done since.
+        self.started_at = int(trainer.step)
+        self.trained_here = 0
+        self.explored_here = 0
         self.sync_requested = False
         self.stopping = False
         self.error: BaseException | None = None
@@ -259,6 +263,7 @@ class BothLoop:
         experiences = result.experiences
         if result.failures:
             logger.warning("step %d: %d task(s) failed: %s", step + 1, len(result.failures), result.failures[0].error)
+            check_step_failures(result, step + 1)
         dropped = int(result.metrics.get("dropped_groups", 0) + result.metrics.get("abandoned_groups", 0))
         if not experiences:
             logger.warning(
@@ -274,6 +279,7 @@ class BothLoop:
                 self.explored_places += groups + dropped
                 self.explored.append((self.explored_places, position))
                 self.stored_position = position
+                self.explored_here += 1
                 self.cond.notify_all()
         metrics = explore_metrics(result, experiences)
         metrics["explore/stored_experiences"] = float(len(stored))
@@ -432,6 +438,7 @@ class BothLoop:
             sorted({int(e.model_version) for e in experiences}),
         )
         metrics = self._timed_train_step(experiences)
+        self.trained_here += 1
         metrics.update(self._strategy_metrics())
         if self.skipped_batches:
             metrics["buffer/skipped_batches"] = float(self.skipped_batches)
@@ -508,6 +515,10 @@ class BothLoop:
     def _finish(self) -> None:
         plan = self.plan
         final = self.trainer.step
+        if self.started_at == 0:
+            check_trained(self.trained_here, self.explored_here, (
+                f"{self.explored_groups} group(s) stored, {self.skipped_batches} training batch(es) skipped because "
+                f"the explorer dropped every group of them, {self._dropped()} group(s) dropped as stale"))
         interval = plan.explorer.eval_interval
         if plan.buffer.eval_tasksets and not (interval and final % interval == 0):
             if self.synced_version != final:

@@ -14,6 +14,7 @@ from trinity.launcher.session import Session
 from trinity.launcher.steps import (
     EngineSet,
     call_all,
+    check_step_failures,
     explore_metrics,
     monitor_for,
     pipeline_for,
@@ -175,6 +176,7 @@ def _explore_batches(
             result = scheduler.run(batch_tasks, wait_for_engines=True, resume=result)
         if result.failures:
             logger.warning("step %d: %d task(s) failed: %s", step + 1, len(result.failures), result.failures[0].error)
+            check_step_failures(result, step + 1)
         dropped = int(result.metrics.get("dropped_groups", 0) + result.metrics.get("abandoned_groups", 0))
         if not result.experiences:
             logger.warning(

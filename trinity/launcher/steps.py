@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from trinity.errors import TrinityError
 from trinity.launcher.session import Session
 from trinity.utils import stop
 
@@ -164,6 +165,33 @@ def training_tasks(session: Session, batch: list[tuple[int, Any]], step: int) ->
                                     step=step)
             tasks.append(dataclasses.replace(task, run_id_offset=first))
     return tasks
+
+
+class NothingTrainedError(TrinityError):
+    """A run that cannot train: every task of a step failed, or the run ended without a trained step (exit 1)."""
+
+
+def check_step_failures(result: Any, step: int) -> None:
+    """Raise NothingTrainedError when every task of explorer step ``step`` (1-based) failed for good.
+
+    Its rollouts will not come: the workflow (or its model) is broken, and a
+    run that goes on would train nothing. The line quotes the first error.
+    """
+    tasks = int(result.metrics.get("tasks", 0))
+    if not tasks or len(result.failures) < tasks:
+        return
+    first = result.failures[0]
+    raise NothingTrainedError(
+        f"explorer step {step}: every task failed ({tasks} of {tasks}, {int(result.metrics.get('attempts', 0))} "
+        f"attempt(s), {int(result.metrics.get('timeouts', 0))} timed out); the first error, task {first.position} "
+        f"({first.task.workflow}): {first.error}"
+    )
+
+
+def check_trained(trained: int, explored: int, why: str) -> None:
+    """Raise NothingTrainedError when a run that explored (or read) ``explored`` batches trained no step."""
+    if trained == 0 and explored > 0:
+        raise NothingTrainedError(f"the run trained no step from its {explored} batch(es): {why}")
 
 
 def explore_metrics(result: Any, experiences: list[Any]) -> dict[str, float]:

@@ -11,7 +11,7 @@ from trinity.launcher.device_record import write_device_record
 from trinity.launcher.explore import warn_if_not_persistent
 from trinity.launcher.placement import place
 from trinity.launcher.session import Session
-from trinity.launcher.steps import monitor_for, save_on_stop, strategy_for, write_ray_timeline
+from trinity.launcher.steps import NothingTrainedError, monitor_for, save_on_stop, strategy_for, write_ray_timeline
 from trinity.utils import stop
 
 logger = logging.getLogger("trinity.launcher")
@@ -207,6 +207,9 @@ def run_train(session: Session) -> None:
         if stop.requested():
             save_on_stop(trainer, {"sampler": source.state_dict()}, saved=trainer.step == saved)
             raise stop.terminated()
+        if resumed is None and trainer.step == 0 and waited is None:
+            raise NothingTrainedError(f"the run trained no step: {source.describe()} held no batch to train on; "
+                                      "check the data set's path, or that an explore job stored experiences there")
         if trainer.step != saved:
             trainer.save_checkpoint({"sampler": source.state_dict()}, final=True)
         elif trainer.step and plan.trainer.save_hf == "last":
