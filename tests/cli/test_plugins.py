@@ -9,8 +9,10 @@ the config valid), from a folder of the test's own.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -165,3 +167,36 @@ def test_trainer_ranks_load_the_drivers_plugins(tmp_path: Path, monkeypatch: pyt
     finally:
         if started:
             ray.shutdown()
+
+
+BROKEN = """
+from trinity.common.workflows import WORKFLOWS
+from trinity.common.workflows.toy import ToyRepeatWorkflow
+
+
+@WORKFLOWS.register_module("plugin_broken")
+class Broken(ToyRepeatWorkflow):
+    def run(self, engine, task):
+        raise KeyError("answer_field")
+"""
+
+
+def test_a_run_whose_every_task_fails_exits_1_quoting_the_first_error(tmp_path: Path) -> None:
+    """Before, such a run trained 0 steps, wrote no checkpoint and exited 0."""
+    write_plugin(tmp_path / "plugins", "broken", BROKEN)
+    environ = {k: v for k, v in os.environ.items() if k not in ("TRINITY_PLUGIN_DIRS", "RAY_ADDRESS")}
+    ray_tmp = tempfile.mkdtemp(prefix="trp-", dir="/tmp")  # Ray's socket paths must stay under 108 bytes
+    environ.update(TRINITY_CHECKPOINT_ROOT_DIR=str(tmp_path / "ckpt"), RAY_AUTH_MODE="disabled",
+                   RAY_TMPDIR=ray_tmp, TRINITY_TASKSET_PATH=str(
+                       REPO / "examples" / "quickstart" / "tasks" / "train.jsonl"))
+    done = subprocess.run(
+        [*TRINITY, "run", "--config", str(QUICKSTART), "--plugin-dir", str(tmp_path / "plugins"),
+         *workflow("plugin_broken"), "--set", "buffer.explorer_input.eval_tasksets=[]",
+         "--set", "explorer.max_retry_times=1", "--set", "monitor.progress=false"],
+        cwd=tmp_path, env=environ, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 1, done.stderr[-3000:]
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith("trinity: error: explorer step 1: every task failed (8 of 8, 16 attempt(s), 0 timed out); "
+                           "the first error, task 0 (plugin_broken): KeyError: 'answer_field'"), line
+    assert "Traceback" not in done.stderr
+    shutil.rmtree(ray_tmp, ignore_errors=True)

@@ -13,6 +13,7 @@ refers to the token ``input_ids[:, t + 1]``, predicted by ``logits[:, t]``.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +24,46 @@ from trinity.common.array_state import arrays_to_tensors, tensors_to_arrays
 
 #: Placeholder for a Batch field its constructor was not given (filled in ``__post_init__``).
 _UNSET = torch.empty(0)
+
+
+@dataclass
+class EID:
+    """Upstream Trinity-RFT's experience id: explorer step (``batch``), task, run (episode) and step within it.
+
+    A workflow written for upstream sets ``run`` and ``step`` (or leaves them
+    0); the framework fills ``batch`` and ``task`` and keeps ``run`` in step
+    with :attr:`Experience.run_id`.
+    """
+
+    batch: int | str = ""
+    task: int | str = ""
+    run: int = 0
+    step: int = 0
+    suffix: str = field(default_factory=lambda: uuid.uuid4().hex[:6])
+
+    @property
+    def uid(self) -> str:
+        """A unique id of the experience."""
+        return f"{self.batch}/{self.task}/{self.run}/{self.step}/{self.suffix}"
+
+    @property
+    def tid(self) -> str:
+        """The id shared by every experience of one task (its GRPO group)."""
+        return f"{self.batch}/{self.task}"
+
+    @property
+    def rid(self) -> str:
+        """The id shared by every step of one run (episode) of a task."""
+        return f"{self.batch}/{self.task}/{self.run}"
+
+    @property
+    def sid(self) -> str:
+        """The id shared by the runs of a task at one step."""
+        return f"{self.batch}/{self.task}/{self.step}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the id as plain data."""
+        return {"batch": self.batch, "task": self.task, "run": self.run, "step": self.step, "suffix": self.suffix}
 
 
 @dataclass
@@ -57,6 +98,15 @@ class Experience:
     teacher_logprobs: torch.Tensor | None = None
     #: Whether this is expert (SFT) data mixed into a rollout batch (the ``mix`` algorithms).
     is_expert: bool = False
+    #: Upstream's experience id (see :class:`EID`); None until a workflow or the framework sets one.
+    eid: EID | None = None
+    #: The prompt and response as text, when the engine or the workflow knows them (upstream's fields).
+    prompt_text: str | None = None
+    response_text: str | None = None
+    #: Numbers the monitor averages per step (upstream's field; the framework moves them to ``info["metrics"]``).
+    metrics: dict[str, float] = field(default_factory=dict)
+    #: Upstream's truncation mark (``prompt_truncated``, ``response_truncated``) or None.
+    truncate_status: str | None = None
 
     def __post_init__(self) -> None:
         self.tokens = torch.as_tensor(self.tokens, dtype=torch.long)
@@ -75,6 +125,8 @@ class Experience:
                 setattr(self, name, value)
         if self.rejected_tokens is not None:
             self.rejected_tokens = torch.as_tensor(self.rejected_tokens, dtype=torch.long)
+        if isinstance(self.eid, dict):
+            self.eid = EID(**self.eid)
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle state: tensors as numpy arrays (several times cheaper to pickle; see ``array_state``)."""
@@ -99,7 +151,11 @@ class Experience:
         out: dict[str, Any] = {}
         for name in self.__dataclass_fields__:
             value = getattr(self, name)
-            out[name] = value.tolist() if isinstance(value, torch.Tensor) else value
+            if isinstance(value, torch.Tensor):
+                value = value.tolist()
+            elif isinstance(value, EID):
+                value = value.to_dict()
+            out[name] = value
         return out
 
     @classmethod

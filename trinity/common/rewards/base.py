@@ -28,8 +28,9 @@ from trinity.common.registry import Registry
 RewardValue = float | Mapping[str, float]
 
 
-class RewardFn(Protocol):
-    """What a registered reward function looks like."""
+class RewardFunction(Protocol):
+    """What a registered reward function looks like (upstream-style reward classes are registered too: see
+    :mod:`trinity.common.rewards.reward_fn`)."""
 
     def __call__(self, response: str, answer: Any, **context: Any) -> RewardValue:
         """Return the reward of ``response`` for a task whose reference answer is ``answer``."""
@@ -41,7 +42,7 @@ class RewardOptionError(ValueError):
 
 
 #: Reward functions by config name.
-REWARD_FNS: Registry[RewardFn] = Registry("reward function")
+REWARD_FNS: Registry[Any] = Registry("reward function")
 
 
 def reward_options(fn: Callable[..., Any]) -> tuple[str, ...]:
@@ -74,10 +75,13 @@ def split_options(
     Raises :class:`RewardOptionError` for an option no function of ``spec``
     takes, and UnknownNameError for an unknown function name.
     """
+    from trinity.common.rewards.reward_fn import is_reward_class
+
     per_fn: dict[str, dict[str, Any]] = {}
     known: set[str] = set()
     for name in _names(spec):
-        takes = reward_options(REWARD_FNS.get(name))
+        entry = REWARD_FNS.get(name)
+        takes = tuple(options or {}) if is_reward_class(entry) else reward_options(entry)  # a class takes them all
         known.update(takes)
         per_fn[name] = {k: v for k, v in (options or {}).items() if k in takes}
     unknown = sorted(set(options or {}) - known)
@@ -119,11 +123,17 @@ def compute_reward(
     them as ``name/part`` too. Raises UnknownNameError for an unknown name,
     :class:`RewardOptionError` for an option no function takes or a bad value.
     """
+    from trinity.common.rewards.reward_fn import is_reward_class
+
     per_fn = split_options(spec, options)
     parts: dict[str, float] = {}
     total = 0.0
     for name, weight in _names(spec).items():
-        result = REWARD_FNS.get(name)(response, answer, **{**context, **per_fn[name]})
+        entry = REWARD_FNS.get(name)
+        if is_reward_class(entry):  # upstream's shape: built with the options, called with keywords
+            result = entry(**per_fn[name])(response=response, truth=answer, **context)
+        else:
+            result = entry(response, answer, **{**context, **per_fn[name]})
         value, named = _value_of(name, result)
         parts[name] = value
         parts.update(named)

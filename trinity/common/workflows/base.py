@@ -16,6 +16,8 @@ sampling settings.
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,10 +42,20 @@ class WorkflowError(RuntimeError):
 
 @dataclass
 class Task:
-    """One task, ready for a workflow."""
+    """One task, ready for a workflow.
+
+    Upstream Trinity-RFT's names of the same data work too: ``raw_task``
+    (``raw``), ``format_args`` (``format``), ``rollout_args`` (the sampling, as
+    upstream's generation settings, ``n`` being ``repeat_times``),
+    ``task_desc`` and ``truth``; a task built as upstream builds one
+    (``Task(workflow=MyWorkflow, raw_task={...}, format_args=...)``) finds its
+    prompt and answer through the format's keys. For a workflow written for
+    upstream, ``workflow`` and ``reward_fn`` are the classes (see
+    :mod:`trinity.common.workflows.upstream`).
+    """
 
     #: The prompt (value of the task set's ``prompt_key``).
-    prompt: Any
+    prompt: Any = None
     #: The reference answer (value of ``answer_key``); None when there is none.
     answer: Any = None
     #: The whole record as read from the task file.
@@ -78,13 +90,48 @@ class Task:
     is_eval: bool = False
     #: Added to the run ids of its experiences: the first repeat it covers when a task's repeats are split.
     run_id_offset: int = 0
+    #: Upstream's names (kept in step with ``raw`` and ``format``); ``rollout_args``: upstream's generation settings.
+    raw_task: dict[str, Any] | None = None
+    format_args: FormatConfig | None = None
+    rollout_args: Any = None
 
     def __post_init__(self) -> None:
+        if self.repeat_times is None:
+            self.repeat_times = 1
         if self.repeat_times < 1:
             raise ValueError(f"repeat_times must be at least 1, got {self.repeat_times}")
+        if self.raw_task is not None and not self.raw:
+            self.raw = self.raw_task
+        self.raw_task = self.raw
+        if self.format is None and self.format_args is not None:
+            self.format = self.format_args
+        self.format_args = self.format if self.format is not None else FormatConfig()
+        if self.prompt is None:
+            self.prompt = self.raw.get(self.format_args.prompt_key)
+        if self.answer is None:
+            self.answer = self.raw.get(self.format_args.response_key)
+        if self.rollout_args is not None and not self.sampling:
+            given = {name: getattr(self.rollout_args, name, None) for name in sorted(SAMPLING_FIELDS)}
+            self.sampling = {k: v for k, v in given.items() if v is not None}
         unknown = set(self.sampling) - SAMPLING_FIELDS
         if unknown:
             raise ValueError(f"unknown sampling override(s) {sorted(unknown)}; known: {sorted(SAMPLING_FIELDS)}")
+
+    @property
+    def task_desc(self) -> Any:
+        """Upstream's (deprecated) name of the prompt."""
+        return self.prompt
+
+    @property
+    def truth(self) -> Any:
+        """Upstream's (deprecated) name of the reference answer."""
+        return self.answer
+
+    def to_workflow(self, model: Any, auxiliary_models: list[Any] | None = None) -> Any:
+        """Upstream's way to build the task's workflow: ``workflow`` is the class, called with upstream's arguments."""
+        if not isinstance(self.workflow, type):
+            raise WorkflowError(f"to_workflow needs the task's workflow as a class, got {self.workflow!r}")
+        return self.workflow(task=self, model=model, auxiliary_models=auxiliary_models)
 
     @property
     def group_id(self) -> str:
@@ -136,21 +183,76 @@ def sampling_from_model(model: ModelPlan) -> SamplingParams:
 
 
 class Workflow:
-    """Base of workflows: holds the default sampling settings; subclasses implement :meth:`run`.
+    """Base of workflows, in two shapes (:func:`is_upstream_style` tells them apart).
 
-    Subclasses take their ``workflow_args`` as keyword arguments of
-    ``__init__`` (after ``sampling``) and set :attr:`default_reward_fn`.
+    * trinity-rft's: one instance per task attempt, ``run(engine, task)``;
+      subclasses take their ``workflow_args`` as keyword arguments of
+      ``__init__`` (after ``sampling``) and set :attr:`default_reward_fn`.
+    * upstream Trinity-RFT's: ``__init__(*, task, model, auxiliary_models)``
+      and ``run()`` (or ``async run_async()`` with ``is_async``) using
+      ``self.task``, ``self.model`` (a
+      :class:`~trinity.common.models.model.ModelWrapper`),
+      ``self.auxiliary_models`` (OpenAI clients) and ``self.logger``;
+      ``can_reset`` / ``reset`` and ``can_repeat`` / ``set_repeat_times`` as
+      upstream documents them. The framework runs it through
+      :class:`~trinity.common.workflows.upstream.UpstreamWorkflowRunner`.
     """
 
     #: Reward function used when the task names none.
     default_reward_fn: str = ""
+    #: Upstream: whether :meth:`reset` may give an instance a new task, whether one :meth:`run` may make every
+    #: repeat of a task (:meth:`set_repeat_times`), and whether the workflow implements :meth:`run_async`.
+    can_reset: bool = False
+    can_repeat: bool = False
+    is_async: bool = False
 
-    def __init__(self, sampling: SamplingParams | None = None) -> None:
+    def __init__(self, sampling: SamplingParams | None = None, *, task: Task | None = None, model: Any = None,
+                 auxiliary_models: list[Any] | None = None) -> None:
         self.sampling = sampling or SamplingParams()
-        #: The run's auxiliary models (``explorer.auxiliary_models``, in config order), set before :meth:`run`.
-        self.auxiliary_models: list[RolloutModel] = []
+        #: The run's auxiliary models (``explorer.auxiliary_models``, in config order), set before :meth:`run`;
+        #: an upstream-style workflow gets OpenAI clients of them here (sync or async as ``is_async`` says).
+        self.auxiliary_models: list[Any] = []
         #: The same, by their ``name``.
         self.auxiliary: dict[str, RolloutModel] = {}
+        #: Upstream's attributes: the task, the rollout model's wrapper, the auxiliary models' wrappers, a logger.
+        self.task = task
+        self.model = model
+        self.auxiliary_model_wrappers = auxiliary_models
+        if auxiliary_models:
+            self.auxiliary_models = [m.get_openai_async_client() if self.is_async else m.get_openai_client()
+                                     for m in auxiliary_models]
+        self.repeat_times = 1
+        self.run_id_base = 0
+        self.logger = logging.getLogger(type(self).__module__)
+
+    @property
+    def resettable(self) -> bool:
+        """Upstream's deprecated name of :attr:`can_reset`."""
+        return type(self).can_reset
+
+    @property
+    def repeatable(self) -> bool:
+        """Upstream's deprecated name of :attr:`can_repeat`."""
+        return type(self).can_repeat
+
+    @property
+    def asynchronous(self) -> bool:
+        """Upstream's deprecated name of :attr:`is_async`."""
+        return type(self).is_async
+
+    def reset(self, task: Task) -> None:
+        """Upstream: take ``task`` without being built again (with ``can_reset``)."""
+        raise NotImplementedError(f"{type(self).__name__}.reset: set can_reset only when reset is implemented")
+
+    def set_repeat_times(self, repeat_times: int, run_id_base: int) -> None:
+        """Upstream: make ``repeat_times`` rollouts in one :meth:`run` (with ``can_repeat``), the first as run
+        ``run_id_base``."""
+        self.repeat_times = repeat_times
+        self.run_id_base = run_id_base
+
+    async def run_async(self) -> list[Experience]:
+        """Upstream: the workflow's rollouts, asynchronously (with ``is_async``)."""
+        raise NotImplementedError(f"{type(self).__name__} sets is_async but implements no run_async")
 
     def sampling_for(self, task: Task, **overrides: Any) -> SamplingParams:
         """Return the sampling of ``task``: defaults, then the task's overrides, ``n = repeat_times``, ``overrides``."""
@@ -163,9 +265,25 @@ class Workflow:
             raise WorkflowError(f"{type(self).__name__} needs a reward function; set the task set's reward_fn")
         return name
 
-    def run(self, engine: RolloutModel, task: Task) -> list[Experience]:
+    def run(self, engine: RolloutModel, task: Task) -> list[Experience]:  # upstream-style: run(self)
         """Roll ``task`` out ``task.repeat_times`` times with ``engine`` and return the rewarded experiences."""
         raise NotImplementedError
+
+
+def is_upstream_style(cls: type[Any]) -> bool:
+    """Whether workflow class ``cls`` is written for upstream's API: ``run(self)`` or ``run_async`` with ``is_async``.
+
+    trinity-rft's own workflows take ``run(self, engine, task)``.
+    """
+    if getattr(cls, "is_async", False):
+        return True
+    try:
+        parameters = list(inspect.signature(cls.run).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return False
+    required = [p for p in parameters if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY,
+                                                                               p.POSITIONAL_OR_KEYWORD)]
+    return not required
 
 
 def experience_from_completion(
@@ -194,8 +312,17 @@ def experience_from_completion(
 
 
 def make_workflow(name: str, sampling: SamplingParams | None = None, args: Mapping[str, Any] | None = None) -> Workflow:
-    """Return workflow ``name`` built with ``args``; raises UnknownNameError or WorkflowError (bad arguments)."""
+    """Return workflow ``name`` built with ``args``; raises UnknownNameError or WorkflowError (bad arguments).
+
+    A class written for upstream's API is wrapped in an
+    :class:`~trinity.common.workflows.upstream.UpstreamWorkflowRunner` (it
+    reads its ``workflow_args`` from the task, as upstream's do).
+    """
     cls = WORKFLOWS.get(name)
+    if isinstance(cls, type) and is_upstream_style(cls):
+        from trinity.common.workflows.upstream import UpstreamWorkflowRunner
+
+        return UpstreamWorkflowRunner(cls, sampling)
     try:
         workflow: Workflow = cls(sampling, **dict(args or {}))
         return workflow

@@ -41,7 +41,8 @@ class OnPolicyDistillWorkflow(SingleTurnWorkflow):
                 f"{type(self).__name__} needs a teacher model: add one under explorer.auxiliary_models "
                 "(the first is the teacher)"
             )
-        return self.auxiliary_models[0]
+        teacher: RolloutModel = self.auxiliary_models[0]
+        return teacher
 
     def reward(self, task: Task, completion: Completion) -> tuple[float, dict[str, float]]:
         """Return reward 0: the teacher's log-probs, not a reward, drive the update."""
