@@ -200,3 +200,45 @@ def test_a_run_whose_every_task_fails_exits_1_quoting_the_first_error(tmp_path: 
                            "the first error, task 0 (plugin_broken): KeyError: 'answer_field'"), line
     assert "Traceback" not in done.stderr
     shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+HALF_PORTED = """
+from trinity.common.workflows import WORKFLOWS, Workflow
+
+
+@WORKFLOWS.register_module("half_ported")
+class HalfPorted(Workflow):
+    # upstream's constructor, trinity-rft's run signature: neither framework can build and run it
+    def __init__(self, task, model, auxiliary_models):
+        super().__init__(task=task, model=model, auxiliary_models=auxiliary_models)
+
+    def run(self, engine, task):
+        return []
+"""
+
+UPSTREAM_SHAPED = """
+from trinity.common.workflows import WORKFLOWS, Workflow
+
+
+@WORKFLOWS.register_module("upstream_shaped")
+class UpstreamShaped(Workflow):
+    def __init__(self, task, model, auxiliary_models):
+        super().__init__(task=task, model=model, auxiliary_models=auxiliary_models)
+
+    def run(self):
+        return []
+"""
+
+
+def test_dry_run_builds_a_users_workflow_as_the_run_will(tmp_path: Path) -> None:
+    """Half-ported code used to pass --dry-run and then fail every task."""
+    write_plugin(tmp_path / "plugins", "half", HALF_PORTED)
+    write_plugin(tmp_path / "plugins", "whole", UPSTREAM_SHAPED)
+    half = dry_run(tmp_path, "--plugin-dir", str(tmp_path / "plugins"), *workflow("half_ported"))
+    assert half.returncode == 2 and "Traceback" not in half.stderr
+    (line,) = half.stderr.strip().splitlines()
+    assert "workflow half_ported cannot be built as the framework builds one of its shape, cls(sampling, " \
+           "**workflow_args); a workflow written for upstream's API takes run(self) with no arguments" in line
+    whole = dry_run(tmp_path, "--plugin-dir", str(tmp_path / "plugins"), *workflow("upstream_shaped"))
+    assert whole.returncode == 0, whole.stderr
+    assert "user code     workflow upstream_shaped: the framework can build them" in whole.stdout

@@ -32,6 +32,7 @@ def dry_run(config_path: str, overrides: dict[str, Any], device_name: str | None
     from trinity.common.config.precision import resolve_precision
     from trinity.common.config.preflight import preflight
     from trinity.common.config.validator import resolve_layout
+    from trinity.common.workflows.checks import check_user_classes
 
     config = load_config(config_path, overrides)
     if config.stages:
@@ -49,7 +50,11 @@ def dry_run(config_path: str, overrides: dict[str, Any], device_name: str | None
             warnings = [w for w in warnings if not w.startswith("model.model_path")]
             warnings.append("model.model_path: this stage starts from the previous stage's final model")
         precision = resolve_precision(plan, backend)
-        reports.append(render_plan(plan, layout, backend_line, warnings, config_path, precision=precision))
+        checked = check_user_classes(plan)  # a user's classes, built as the run will build them (not called)
+        report = render_plan(plan, layout, backend_line, warnings, config_path, precision=precision)
+        if checked:
+            report += f"\n  user code     {', '.join(checked)}: the framework can build them"
+        reports.append(report)
     print("\n\n".join(reports))
     print("\nthe config is valid" + (" (see the warnings above)" if any("warnings" in r for r in reports) else ""))
     return 0
