@@ -126,6 +126,12 @@ def trinity_run(tmp_path: Path, plugin: str, workflow: str, *overrides: str) -> 
     folder = tmp_path / "plugins"
     folder.mkdir(exist_ok=True)
     (folder / f"{workflow}.py").write_text(textwrap.dedent(plugin))
+    return run_with_plugins(tmp_path, folder, "--set", f"buffer.explorer_input.default_workflow_type={workflow}",
+                            *overrides)
+
+
+def run_with_plugins(tmp_path: Path, folder: Path, *overrides: str) -> tuple[int, str, list[dict[str, Any]]]:
+    """Run the quickstart for 2 steps with the plugins of ``folder``; return exit status, output and metrics rows."""
     ray_tmp = tempfile.mkdtemp(prefix="tru-", dir="/tmp")  # Ray's socket paths must stay under 108 bytes
     env = {k: v for k, v in os.environ.items() if k not in ("TRINITY_PLUGIN_DIRS", "RAY_ADDRESS")}
     env.update(TRINITY_CHECKPOINT_ROOT_DIR=str(tmp_path / "ckpt"), RAY_AUTH_MODE="disabled", RAY_TMPDIR=ray_tmp,
@@ -133,7 +139,7 @@ def trinity_run(tmp_path: Path, plugin: str, workflow: str, *overrides: str) -> 
     try:
         done = subprocess.run(
             [sys.executable, "-m", "trinity.cli.main", "run", "--config", str(QUICKSTART), "--plugin-dir", str(folder),
-             "--set", f"buffer.explorer_input.default_workflow_type={workflow}", "--set", "buffer.total_steps=2",
+             "--set", "buffer.total_steps=2",
              "--set", "buffer.explorer_input.eval_tasksets=[]", "--set", "explorer.eval_on_startup=false",
              "--set", "monitor.progress=false", *overrides],
             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400, check=False)
@@ -161,3 +167,17 @@ def test_the_workflow_guides_openai_api_example_trains_two_steps(tmp_path: Path,
     assert code == 0, output[-3000:]
     train = [r["metrics"] for r in rows if r["phase"] == "train"]
     assert len(train) == 2 and all(m["rows"] == 8 * repeats for m in train)  # one recorded call per run
+
+
+@pytest.mark.parametrize("setting", ["buffer.explorer_input.default_workflow_type=exact_answer",
+                                     "buffer.explorer_input.taskset.default_reward_fn_type=share_of_letter"])
+def test_the_plugin_examples_train_as_their_readme_says(tmp_path: Path, setting: str) -> None:
+    code, output, rows = run_with_plugins(tmp_path, REPO / "examples" / "plugins", "--set", setting)
+    assert code == 0, output[-3000:]
+    train = [r["metrics"] for r in rows if r["phase"] == "train"]
+    assert len(train) == 2 and all(m["rows"] == 128 for m in train)
+    explore = [r["metrics"] for r in rows if r["phase"] == "explore"]
+    if "exact_answer" in setting:
+        assert all("explore/exact/mean" in m for m in explore)  # the workflow's own metric reached the monitor
+    else:
+        assert "rewarded with 'share_of_letter'" in output  # the quickstart's workflow scored with the plugin's reward

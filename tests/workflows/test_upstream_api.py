@@ -179,3 +179,21 @@ def test_experience_accepts_upstreams_fields() -> None:
     again = Experience.from_dict(experience.to_dict())
     assert again.eid is not None and (again.eid.run, again.eid.step) == (2, 1)
     assert again.response_text == "ab" and again.metrics == {"m": 1.0}
+
+
+def test_the_extending_guides_code_runs(client: EngineClient) -> None:
+    """Every Python block of docs/extending.md, executed as written, registers a workflow that runs."""
+    import re
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "extending.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.DOTALL)
+    assert len(blocks) == 2
+    for block in blocks:
+        names = re.findall(r'register_module\("([^"]+)"\)', block)
+        for name in names:  # a second test run in this process registers them again
+            WORKFLOWS._items.pop(name, None)
+        exec(compile(block, "docs/extending.md", "exec"), {})
+        for name in names:
+            workflow = make_workflow(name, SamplingParams(max_tokens=4))
+            made = workflow.run(client, task_of(name, 2))
+            assert len(made) == 2 and {e.group_id for e in made} == {task_of(name, 2).group_id}
