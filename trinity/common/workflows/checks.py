@@ -31,8 +31,6 @@ def _is_declared(registry: Any, name: str) -> bool:
 def check_user_classes(plan: Any) -> list[str]:
     """Raise ConfigError when a user's workflow or reward class of ``plan`` cannot be built as the framework builds
     it; return what was checked (``"workflow my_flow"``), for the plan's report."""
-    from trinity.common.rewards.reward_fn import is_reward_class
-    from trinity.common.workflows.base import is_upstream_style
     from trinity.common.workflows.catalog import REWARD_FNS, WORKFLOWS
 
     checked: list[str] = []
@@ -40,11 +38,15 @@ def check_user_classes(plan: Any) -> list[str]:
     for taskset in tasksets:
         where = taskset.where
         if taskset.workflow and not _is_declared(WORKFLOWS, taskset.workflow):
+            from trinity.common.workflows.base import is_upstream_style
+
             cls = WORKFLOWS.get(taskset.workflow)
             if isinstance(cls, type):
                 _check_workflow(cls, taskset.workflow, dict(taskset.workflow_args), where, is_upstream_style(cls))
                 checked.append(f"workflow {taskset.workflow}")
         if taskset.reward_fn and not _is_declared(REWARD_FNS, taskset.reward_fn):
+            from trinity.common.rewards.reward_fn import is_reward_class
+
             entry = REWARD_FNS.get(taskset.reward_fn)
             if is_reward_class(entry):
                 _bind(entry, (), dict(taskset.reward_fn_args), f"{where}.reward_fn_args",
