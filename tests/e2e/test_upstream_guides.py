@@ -181,3 +181,15 @@ def test_the_plugin_examples_train_as_their_readme_says(tmp_path: Path, setting:
         assert all("explore/exact/mean" in m for m in explore)  # the workflow's own metric reached the monitor
     else:
         assert "rewarded with 'share_of_letter'" in output  # the quickstart's workflow scored with the plugin's reward
+
+
+def test_the_algorithm_guides_opmd_trains_two_steps(tmp_path: Path) -> None:
+    """develop_algorithm.md's OPMD: its GroupAdvantage, PolicyLossFn and AlgorithmType, named by the config."""
+    folder = tmp_path / "plugins"
+    folder.mkdir()
+    shutil.copy(REPO / "tests" / "algorithm" / "guide_opmd_plugin.py", folder / "guide_opmd.py")
+    code, output, rows = run_with_plugins(tmp_path, folder, "--set", "algorithm.algorithm_type=guide_opmd")
+    assert code == 0, output[-3000:]
+    train = [r["metrics"] for r in rows if r["phase"] == "train"]
+    assert len(train) == 2 and all(m["rows"] == 128 for m in train)
+    assert all("opmd_loss" in m for m in train)  # the guide's loss class computed the loss

@@ -186,8 +186,8 @@ def test_the_extending_guides_code_runs(client: EngineClient) -> None:
     import re
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "extending.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", text, re.DOTALL)
-    assert len(blocks) == 2
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", text, re.DOTALL) if "WORKFLOWS" in b]
+    assert len(blocks) == 2  # the algorithm block runs in tests/algorithm/test_upstream_classes.py
     for block in blocks:
         names = re.findall(r'register_module\("([^"]+)"\)', block)
         for name in names:  # a second test run in this process registers them again

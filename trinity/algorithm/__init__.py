@@ -7,6 +7,12 @@ owned by :mod:`trinity.algorithm.catalog`, which declares the built-ins
 without importing them. Importing this package does not import torch: the
 other names below are imported on first use. Everything numeric is pure torch
 and works on whatever device its tensors are on.
+
+Upstream Trinity-RFT's class API (``AdvantageFn``, ``GroupAdvantage``,
+``PolicyLossFn``, ``KLFn``, ``EntropyLossFn``, ``AlgorithmType`` and the
+registries ``ADVANTAGE_FN``, ``POLICY_LOSS_FN``, ``KL_FN``,
+``ENTROPY_LOSS_FN``, ``ALGORITHM_TYPE``) is served on the same registries:
+users' classes and the built-in functions are named alike in a config.
 """
 
 from __future__ import annotations
@@ -25,18 +31,36 @@ from trinity.utils.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from trinity.algorithm.advantage import AdvantageInputs, compute_advantages
+    from trinity.algorithm.advantage_fn import ADVANTAGE_FN, AdvantageFn, GroupAdvantage
     from trinity.algorithm.aggregation import aggregate
+    from trinity.algorithm.algorithm import ALGORITHM_TYPE, AlgorithmType
     from trinity.algorithm.algorithms import AlgorithmSpec, register_algorithm
     from trinity.algorithm.entropy import entropy_bonus, entropy_from_logits, entropy_loss
+    from trinity.algorithm.entropy_loss_fn import ENTROPY_LOSS_FN, EntropyLossFn
     from trinity.algorithm.group_filter import kept_rows
     from trinity.algorithm.kl import AdaptiveKLController, compute_kl, kl_loss, kl_reward_penalty
+    from trinity.algorithm.kl_fn import KL_FN, KLFn
     from trinity.algorithm.logprobs import token_logprobs
     from trinity.algorithm.masked import masked_mean, masked_sum, masked_whiten
     from trinity.algorithm.options import UnknownOptionError
     from trinity.algorithm.policy_loss import PolicyLossInputs, compute_policy_loss, interleave_pairs
+    from trinity.algorithm.policy_loss_fn import POLICY_LOSS_FN, PolicyLossFn
     from trinity.algorithm.returns import discounted_returns, generalized_advantage_estimation, outcome_token_rewards
 
 _LAZY = {
+    # upstream Trinity-RFT's class API (develop_algorithm.md), on the registries above
+    "ADVANTAGE_FN": "advantage_fn",
+    "ALGORITHM_TYPE": "algorithm",
+    "AdvantageFn": "advantage_fn",
+    "AlgorithmType": "algorithm",
+    "ENTROPY_LOSS_FN": "entropy_loss_fn",
+    "EntropyLossFn": "entropy_loss_fn",
+    "GroupAdvantage": "advantage_fn",
+    "KLFn": "kl_fn",
+    "KL_FN": "kl_fn",
+    "POLICY_LOSS_FN": "policy_loss_fn",
+    "PolicyLossFn": "policy_loss_fn",
+    # trinity-rft's own
     "AdaptiveKLController": "kl",
     "AdvantageInputs": "advantage",
     "AlgorithmSpec": "algorithms",
@@ -66,15 +90,26 @@ _LAZY = {
 __getattr__, _lazy_dir = lazy_exports(__name__, _LAZY)
 
 __all__ = [
+    "ADVANTAGE_FN",
     "ADVANTAGE_FNS",
     "ALGORITHMS",
+    "ALGORITHM_TYPE",
+    "ENTROPY_LOSS_FN",
     "ENTROPY_LOSS_FNS",
+    "KL_FN",
     "KL_FNS",
     "LOSS_AGGREGATIONS",
+    "POLICY_LOSS_FN",
     "POLICY_LOSS_FNS",
     "AdaptiveKLController",
+    "AdvantageFn",
     "AdvantageInputs",
     "AlgorithmSpec",
+    "AlgorithmType",
+    "EntropyLossFn",
+    "GroupAdvantage",
+    "KLFn",
+    "PolicyLossFn",
     "PolicyLossInputs",
     "UnknownOptionError",
     "aggregate",

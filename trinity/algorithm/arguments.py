@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from trinity.algorithm.catalog import AGGREGATIONS, OPTION_CHOICES, Family, FunctionInfo
+from trinity.algorithm.class_adapters import class_default_args, is_class_entry
 from trinity.algorithm.options import UnknownOptionError, check_option_names, check_options
 from trinity.common.registry import UnknownNameError
 
@@ -118,7 +119,8 @@ def resolve_args(
     elif info is not None:
         options = info.upstream_defaults()
     else:
-        options = dict(shared_options or {})
+        entry = family.registry.get(name)
+        options = class_default_args(entry) if is_class_entry(entry) else dict(shared_options or {})
     try:
         if info is not None:
             check_option_names(family.kind, name, info.options, options)

@@ -46,6 +46,11 @@ def entropy_loss(
     ``loss_agg_mode``, ``expert_mask``, ``normalizer``). Raises
     UnknownNameError / UnknownOptionError (one line), and whatever the term raises.
     """
+    entry = ENTROPY_LOSS_FNS.get(name)
+    if isinstance(entry, type):  # upstream's shape: an EntropyLossFn class
+        from trinity.algorithm.class_adapters import call_entropy
+
+        return call_entropy(entry, entropy, response_mask, options)
     result: tuple[torch.Tensor, dict[str, float]] = call_registered(
         ENTROPY_LOSS_FNS, name, entropy, response_mask, **options
     )

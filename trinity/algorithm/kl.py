@@ -26,7 +26,13 @@ def compute_kl(
     Raises :class:`~trinity.common.registry.UnknownNameError` for an unknown
     name, ValueError on mismatched shapes.
     """
-    result: torch.Tensor = KL_FNS.get(kl_fn)(logprobs, ref_logprobs, old_logprobs)
+    entry = KL_FNS.get(kl_fn)
+    if isinstance(entry, type):  # upstream's shape: a KLFn class
+        from trinity.algorithm.class_adapters import call_kl
+
+        kl: torch.Tensor = call_kl(entry, logprobs, ref_logprobs)
+        return kl
+    result: torch.Tensor = entry(logprobs, ref_logprobs, old_logprobs)
     return result
 
 

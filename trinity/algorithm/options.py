@@ -29,7 +29,15 @@ def option_names(fn: Callable[..., Any]) -> list[str]:
 
 
 def check_options(kind: str, name: str, fn: Callable[..., Any], options: Mapping[str, Any]) -> None:
-    """Raise :class:`UnknownOptionError` (one line, with a suggestion) if ``options`` has a name ``fn`` lacks."""
+    """Raise :class:`UnknownOptionError` (one line, with a suggestion) if ``options`` has a name ``fn`` lacks.
+
+    A class (upstream's shape) is checked against its constructor instead.
+    """
+    if isinstance(fn, type):
+        from trinity.algorithm.class_adapters import check_class_options
+
+        check_class_options(kind, name, fn, options)
+        return
     check_option_names(kind, name, option_names(fn), options)
 
 

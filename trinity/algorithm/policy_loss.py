@@ -147,5 +147,10 @@ def compute_policy_loss(name: str, inputs: PolicyLossInputs, **options: Any) -> 
     :class:`~trinity.algorithm.options.UnknownOptionError` for an option the
     loss does not take, and whatever the loss raises.
     """
+    entry = POLICY_LOSS_FNS.get(name)
+    if isinstance(entry, type):  # upstream's shape: a PolicyLossFn class
+        from trinity.algorithm.class_adapters import call_policy_loss
+
+        return call_policy_loss(entry, inputs, options)
     result: tuple[torch.Tensor, dict[str, float]] = call_registered(POLICY_LOSS_FNS, name, inputs, **options)
     return result

@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -117,6 +117,8 @@ class GroupAdvantages(ExperienceProcessor):
         self.group_filter = group_filter
         self.options = dict(options or {})
         check_options(ADVANTAGE_FNS.kind, advantage_fn, fn, self.options)
+        #: Whether ``fn`` is an advantage class (upstream's shape), called on the experiences themselves.
+        self.on_experiences = isinstance(fn, type)
         self.fn = fn
         self.name = advantage_fn
         #: Rows dropped by the group filter so far.
@@ -141,6 +143,15 @@ class GroupAdvantages(ExperienceProcessor):
                 f"experience {missing.run_id} of group {missing.group_id!r} has no reward; "
                 f"advantage function {self.name!r} needs every reward (does the workflow set one?)"
             )
+        if self.on_experiences:
+            from trinity.algorithm.class_adapters import run_advantage
+
+            with torch.no_grad():
+                computed = run_advantage(cast(type, self.fn), self.name, self.options, members)
+            sizes_of: dict[str, int] = {}
+            for exp in computed:
+                sizes_of[exp.group_id] = sizes_of.get(exp.group_id, 0) + 1
+            return [dataclasses.replace(e, info={**e.info, "group_size": sizes_of[e.group_id]}) for e in computed]
         batch = make_batch(members, self.pad_token_id)
         with torch.no_grad():
             advantages, returns = self.fn(AdvantageInputs.from_batch(batch), **self.options)

@@ -165,6 +165,27 @@ class Experience:
         return cls(**known)
 
 
+_GROUP_KEYS = {"task": "tid", "run": "rid", "step": "sid"}
+
+
+def group_by(experiences: Sequence[Experience], id_type: str) -> dict[str, list[Experience]]:
+    """Return ``experiences`` grouped by their ``eid``: ``task`` (a GRPO group), ``run`` (an episode) or ``step``.
+
+    Upstream's helper for advantage classes. An experience without an ``eid``
+    counts by its ``group_id`` (and ``run_id``). Raises ValueError for another ``id_type``.
+    """
+    if id_type not in _GROUP_KEYS:
+        raise ValueError(f"id_type must be one of {', '.join(_GROUP_KEYS)}, got {id_type!r}")
+    groups: dict[str, list[Experience]] = {}
+    for exp in experiences:
+        if exp.eid is not None:
+            key = str(getattr(exp.eid, _GROUP_KEYS[id_type]))
+        else:
+            key = exp.group_id if id_type == "task" else f"{exp.group_id}/{exp.run_id}"
+        groups.setdefault(key, []).append(exp)
+    return groups
+
+
 @dataclass
 class Batch:
     """Padded training tensors for a list of experiences (see the module docstring for alignment)."""

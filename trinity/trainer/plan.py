@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from trinity.algorithm.algorithm import is_algorithm_type, spec_of
 from trinity.algorithm.algorithms import AdvantagePlace, AlgorithmSpec, Schema
 from trinity.algorithm.arguments import (
     PlanError,
@@ -51,6 +52,7 @@ from trinity.algorithm.catalog import (
     SAMPLE_STRATEGY_OPTIONS,
     FunctionInfo,
 )
+from trinity.algorithm.class_adapters import is_class_entry, policy_loss_reads
 from trinity.algorithm.options import UnknownOptionError, check_option_names
 from trinity.common.config.schema.algorithm import AlgorithmConfig
 from trinity.common.registry import UnknownNameError
@@ -279,15 +281,32 @@ def _advantage_reads(name: str | None, info: FunctionInfo | None, options: Mappi
     return info.reads
 
 
+def _custom_loss_reads(name: str) -> frozenset[str]:
+    """What a user's policy loss reads: a class names it in its ``__call__``; a function is assumed to read
+    old log-probs and advantages."""
+    entry = POLICY_LOSSES.registry.get(name)
+    if not is_class_entry(entry):
+        return _CUSTOM_LOSS_READS
+    try:
+        return policy_loss_reads(entry, name)
+    except ValueError as exc:
+        raise PlanError(f"algorithm.policy_loss_fn: {exc}") from None
+
+
 def _spec(cfg: AlgorithmConfig) -> AlgorithmSpec:
     name = config_name(cfg.algorithm_type)
     if name not in ALGORITHMS and "." not in name:
         raise UnknownNameError(f"algorithm.algorithm_type: {ALGORITHMS.unknown_message(name)}")
     spec = ALGORITHMS.get(name)
+    if is_algorithm_type(spec):
+        try:
+            spec = spec_of(name, spec)
+        except ValueError as exc:
+            raise PlanError(f"algorithm.algorithm_type: {exc}") from None
     if not isinstance(spec, AlgorithmSpec):
         raise PlanError(
             f"algorithm.algorithm_type: {cfg.algorithm_type!r} is a {type(spec).__name__}, not an AlgorithmSpec; "
-            "register an AlgorithmSpec (trinity.algorithm.register_algorithm)"
+            "register an AlgorithmSpec (trinity.algorithm.register_algorithm) or an AlgorithmType subclass"
         )
     return spec
 
@@ -343,6 +362,13 @@ def _advantage(
     name = config_name(cfg.advantage_fn or str(spec.advantage_fn))
     defaults = spec.advantage_fn_args if name == spec.advantage_fn else None
     options, info = resolve_args(ADVANTAGES, name, cfg.advantage_fn_args, "algorithm.advantage_fn", defaults=defaults)
+    if spec.advantage_in == "trainer" and info is None and is_class_entry(ADVANTAGES.registry.get(name)):
+        raise PlanError(
+            f"algorithm.advantage_fn: {name!r} is an advantage class, which runs in the buffer on a step's "
+            f"experiences, but algorithm {spec.name!r} computes advantages in the trainer; use it with an "
+            "algorithm_type computing them in the buffer (grpo, opmd, or your AlgorithmType with "
+            "compute_advantage_in_trainer = False)"
+        )
     if spec.advantage_in == "buffer" and info is not None and not info.group_local:
         raise PlanError(
             f"algorithm.advantage_fn: {name!r} needs the whole batch in the trainer, but algorithm {spec.name!r} "
@@ -367,7 +393,7 @@ def resolve_plan(cfg: AlgorithmConfig) -> TrainingPlan:
     sample_strategy, sample_options = _sample_strategy(cfg, spec)
 
     loss_name, loss_options, loss_info = _policy_loss(cfg, spec, loss_agg_mode)
-    loss_reads = loss_info.reads_with(loss_options) if loss_info else _CUSTOM_LOSS_READS
+    loss_reads = loss_info.reads_with(loss_options) if loss_info else _custom_loss_reads(loss_name)
     paired = "pairs" in loss_reads
     expert_rows = "expert_mask" in loss_reads
     if paired and spec.schema != "dpo":
