@@ -13,7 +13,7 @@ from trinity.algorithm.options import UnknownOptionError
 from trinity.buffer import (
     REWARD_SHAPERS,
     GroupAdvantages,
-    RewardShaping,
+    Operators,
     SQLiteStorage,
     buffer_advantage_fn,
     build_pipeline,
@@ -54,7 +54,7 @@ def test_shaping_config_errors_are_one_line() -> None:
     with pytest.raises(UnknownNameError, match="did you mean 'scale'"):
         build_pipeline(reward_shaping=[{"name": "scal"}])
     with pytest.raises(UnknownOptionError, match="has no option 'hgih'; did you mean 'high'"):
-        RewardShaping([("clip", {"hgih": 1.0})])
+        Operators([("clip", {"hgih": 1.0})])
     with pytest.raises(ValueError, match=r"reward shaping entry 1 .* must be"):
         build_pipeline(reward_shaping=[{"scale": 2.0}])
 

@@ -193,3 +193,21 @@ def test_the_algorithm_guides_opmd_trains_two_steps(tmp_path: Path) -> None:
     train = [r["metrics"] for r in rows if r["phase"] == "train"]
     assert len(train) == 2 and all(m["rows"] == 128 for m in train)
     assert all("opmd_loss" in m for m in train)  # the guide's loss class computed the loss
+
+
+def test_the_operator_guides_reward_filter_runs_in_a_training_run(tmp_path: Path) -> None:
+    """develop_operator.md's RewardFilter (an ExperienceOperatorV1), named in the config's experience pipeline."""
+    from tests.buffer.test_operators import GUIDE_OPERATOR
+
+    folder = tmp_path / "plugins"
+    folder.mkdir()
+    (folder / "reward_filter.py").write_text(GUIDE_OPERATOR)
+    operators = "[{name: guide_reward_filter, args: {threshold: 0.0}}, {name: pass_rate_calculator}]"
+    code, output, rows = run_with_plugins(tmp_path, folder, "--set",
+                                          f"data_processor.experience_pipeline.operators={operators}")
+    assert code == 0, output[-3000:]
+    explore = [r["metrics"] for r in rows if r["phase"] == "explore"]
+    train = [r["metrics"] for r in rows if r["phase"] == "train"]
+    assert len(explore) == 2 and len(train) == 2
+    assert all(m["pipeline/guide_reward_filter/filtered_count"] == 0 for m in explore)  # every reward is >= 0
+    assert all("pipeline/pass_rate_calculator/selection/valid_ratio" in m for m in explore)

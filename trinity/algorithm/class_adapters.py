@@ -179,8 +179,11 @@ def _var_keyword(instance: Any) -> bool:
     return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
-def run_advantage(cls: type, name: str, options: Mapping[str, Any], experiences: list[Any]) -> list[Any]:
-    """Return ``experiences`` (complete groups) with advantages and returns set by the advantage class ``cls``.
+def run_advantage(
+    cls: type, name: str, options: Mapping[str, Any], experiences: list[Any]
+) -> tuple[list[Any], dict[str, float]]:
+    """Return ``experiences`` (complete groups) with advantages and returns set by the advantage class ``cls``,
+    and its numeric metrics.
 
     Each experience without one gets an ``eid`` whose task is its group (so
     ``group_by(exps, "task")`` finds the groups). Raises ValueError (one line)
@@ -202,7 +205,7 @@ def run_advantage(cls: type, name: str, options: Mapping[str, Any], experiences:
     if not (isinstance(result, tuple) and len(result) == 2):
         raise ValueError(f"advantage function {name!r} ({cls.__name__}) must return (experiences, metrics), "
                          f"got {type(result).__name__}")
-    out, _metrics = result
+    out, metrics = result
     for exp in out:
         response = len(exp.tokens) - exp.prompt_length
         if exp.advantages is None or tuple(exp.advantages.shape) != (response,):
@@ -216,7 +219,9 @@ def run_advantage(cls: type, name: str, options: Mapping[str, Any], experiences:
             exp.returns = exp.advantages.clone()
         exp.advantages = exp.advantages.detach().float()
         exp.returns = exp.returns.detach().float()
-    return list(out)
+    numeric = {k: float(v.item() if hasattr(v, "item") else v) for k, v in dict(metrics or {}).items()
+               if isinstance(v, (int, float)) or hasattr(v, "item")}
+    return list(out), numeric
 
 
 __all__ = [

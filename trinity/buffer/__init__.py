@@ -8,7 +8,7 @@ Public API, for the launcher, explorer and trainer:
 * sampling: :func:`make_sample_strategy` and :data:`SAMPLE_STRATEGIES` (``default``,
   ``staleness_control``, ``mix``, ...);
 * pipeline: :func:`pipeline_for_plan` / :func:`build_pipeline`, :func:`buffer_advantage_fn`,
-  :data:`REWARD_SHAPERS`;
+  :data:`EXPERIENCE_OPERATORS` (also :data:`REWARD_SHAPERS`);
 * errors: :mod:`trinity.buffer.errors`.
 """
 
@@ -25,7 +25,7 @@ __getattr__, __dir__ = lazy_exports(__name__, {
     "ExperiencePipeline": "pipeline",
     "ExperienceProcessor": "pipeline",
     "GroupAdvantages": "pipeline",
-    "RewardShaping": "pipeline",
+    "Operators": "pipeline",
     "buffer_advantage_fn": "pipeline",
     "build_pipeline": "pipeline",
     "pipeline_for_plan": "pipeline",
@@ -34,6 +34,7 @@ __getattr__, __dir__ = lazy_exports(__name__, {
     "StalenessStrategy": "sampling",
     "make_sample_strategy": "sampling",
     "REWARD_SHAPERS": "catalog",
+    "EXPERIENCE_OPERATORS": "catalog",
     "STORAGES": "storage",
     "ExperienceStorage": "storage",
     "JsonlStorage": "storage",

@@ -23,13 +23,21 @@ for _name, _target in {
 }.items():
     SAMPLE_STRATEGIES.declare(_name, _target)
 
-#: Experience operators (reward shapers), by name: ``shaper(reward, experience, **args) -> reward``.
-REWARD_SHAPERS: Registry[Any] = Registry("experience operator")
+#: Experience operators, by name: upstream's operator classes (``ExperienceOperatorV1`` / ``ExperienceOperator``,
+#: see :mod:`trinity.buffer.operators`) and trinity-rft's reward shapers (``shaper(reward, experience, **args)``).
+EXPERIENCE_OPERATORS: Registry[Any] = Registry("experience operator")
+#: The same registry, under the name of the functions it first held.
+REWARD_SHAPERS = EXPERIENCE_OPERATORS
 for _name, _target in {
     "scale": "trinity.buffer.shaping:scale_reward",
     "length_penalty": "trinity.buffer.shaping:length_penalty",
     "clip": "trinity.buffer.shaping:clip_reward",
+    "reward_filter": "trinity.buffer.operators.filters:RewardFilter",
+    "reward_std_filter": "trinity.buffer.operators.filters:RewardSTDFilter",
+    "invalid_reward_filter": "trinity.buffer.operators.filters:InvalidRewardFilter",
+    "reward_shaping_mapper": "trinity.buffer.operators.mappers:RewardShapingMapper",
+    "pass_rate_calculator": "trinity.buffer.operators.mappers:PassRateCalculator",
 }.items():
-    REWARD_SHAPERS.declare(_name, _target)
+    EXPERIENCE_OPERATORS.declare(_name, _target)
 
-__all__ = ["REWARD_SHAPERS", "SAMPLE_STRATEGIES"]
+__all__ = ["EXPERIENCE_OPERATORS", "REWARD_SHAPERS", "SAMPLE_STRATEGIES"]

@@ -2,9 +2,11 @@
 
 Built-in processors:
 
-* :class:`RewardShaping`: applies :data:`~trinity.buffer.shaping.REWARD_SHAPERS`
-  in turn to each reward; the reward before shaping is kept in
-  ``info["raw_reward"]``.
+* :class:`Operators`: applies the configured experience operators
+  (:data:`~trinity.buffer.catalog.EXPERIENCE_OPERATORS`) in order to the
+  step's experiences: upstream's operator classes (filters, mappers, users'
+  ``ExperienceOperatorV1``) on the whole list, reward shaper functions on each
+  reward (the reward before shaping kept in ``info["raw_reward"]``).
 * :class:`GroupAdvantages`: for algorithms whose advantages are computed in
   the buffer (``grpo``, ``opmd``, ... : the plan's ``advantage_in``), holds
   each group until all its members have arrived (``info["group_size"]``,
@@ -26,7 +28,11 @@ pipeline per writer and keep a task's rollouts on one writer.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import dataclasses
+import inspect
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
@@ -35,10 +41,12 @@ import torch
 
 from trinity.algorithm.advantage import ADVANTAGE_FNS, AdvantageInputs
 from trinity.algorithm.options import check_options
-from trinity.buffer.catalog import REWARD_SHAPERS
+from trinity.buffer.catalog import EXPERIENCE_OPERATORS
 from trinity.buffer.sampling import GroupAssembler, mark_group_sizes
 from trinity.buffer.storage.base import ExperienceStorage
 from trinity.common.experience import Experience, make_batch
+
+logger = logging.getLogger(__name__)
 
 
 def buffer_advantage_fn(training: Any) -> str:
@@ -56,6 +64,14 @@ def buffer_advantage_fn(training: Any) -> str:
 class ExperienceProcessor(ABC):
     """One stage of the pipeline."""
 
+    #: Metrics the stage reported since the pipeline last cleared them (``name/metric``: value).
+    metrics: dict[str, float]
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> ExperienceProcessor:
+        instance = super().__new__(cls)
+        instance.metrics = {}
+        return instance
+
     @abstractmethod
     def process(self, experiences: list[Experience]) -> list[Experience]:
         """Return the experiences to pass on (possibly changed, possibly fewer: a stage may hold some)."""
@@ -69,30 +85,89 @@ class ExperienceProcessor(ABC):
         return 0
 
 
-class RewardShaping(ExperienceProcessor):
-    """Applies reward shapers in order; see the module docstring."""
+class Operators(ExperienceProcessor):
+    """Applies the configured experience operators in order; see the module docstring."""
 
-    def __init__(self, shapers: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
-        """Check each ``(name, options)``; raises UnknownNameError / UnknownOptionError (one line)."""
-        self.shapers = []
-        for name, options in shapers:
-            fn = REWARD_SHAPERS.get(name)
-            check_options(REWARD_SHAPERS.kind, name, fn, dict(options))
-            self.shapers.append((fn, dict(options)))
+    def __init__(self, operators: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
+        """Check and build each ``(name, args)``; raises UnknownNameError / UnknownOptionError (one line)."""
+        self.stages: list[tuple[str, Any, dict[str, Any]]] = []
+        for name, options in operators:
+            entry = EXPERIENCE_OPERATORS.get(name)
+            check_options(EXPERIENCE_OPERATORS.kind, name, entry, dict(options))
+            if isinstance(entry, type):  # an operator class (upstream's shape), built once
+                self.stages.append((name, entry(**dict(options)), {}))
+            else:
+                self.stages.append((name, entry, dict(options)))
+        #: Experiences the operators dropped so far.
+        self.dropped = 0
 
     def process(self, experiences: list[Experience]) -> list[Experience]:
-        """Return copies of ``experiences`` with shaped rewards (experiences without a reward unchanged)."""
-        out = []
-        for exp in experiences:
-            if exp.reward is None or not self.shapers:
-                out.append(exp)
-                continue
-            reward = float(exp.reward)
-            for fn, options in self.shapers:
-                reward = float(fn(reward, exp, **options))
-            info = {**exp.info, "raw_reward": exp.info.get("raw_reward", exp.reward)}
-            out.append(dataclasses.replace(exp, reward=reward, info=info))
+        """Return what the operators keep of ``experiences``, group sizes counted again when one dropped some.
+
+        Operators' metrics are added to :attr:`metrics` as ``<operator>/<metric>``.
+        """
+        out = list(experiences)
+        for name, stage, options in self.stages:
+            if hasattr(stage, "process"):
+                out, metrics = run_operator(stage, out)
+                for key, value in (metrics or {}).items():
+                    if isinstance(value, (int, float)) and not isinstance(value, bool):
+                        self.metrics[f"{name}/{key}"] = float(value)
+            else:
+                out = [self._shape(stage, options, exp) for exp in out]
+        if len(out) != len(experiences):
+            self.dropped += len(experiences) - len(out)
+            mark_group_sizes(out)
         return out
+
+    @staticmethod
+    def _shape(fn: Any, options: Mapping[str, Any], exp: Experience) -> Experience:
+        """Return ``exp`` with its reward shaped by the shaper function ``fn`` (unchanged without a reward)."""
+        if exp.reward is None:
+            return exp
+        reward = float(fn(float(exp.reward), exp, **options))
+        info = {**exp.info, "raw_reward": exp.info.get("raw_reward", exp.reward)}
+        return dataclasses.replace(exp, reward=reward, info=info)
+
+    def close(self) -> None:
+        """Close every operator that holds something."""
+        for _, stage, _ in self.stages:
+            closing = getattr(stage, "close", None)
+            if closing is not None:
+                result = closing()
+                if inspect.isawaitable(result):
+                    run_coroutine(result)
+
+
+def run_coroutine(coroutine: Any) -> Any:
+    """Run ``coroutine`` to its end from synchronous code, in a thread of its own when a loop runs here."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
+def run_operator(operator: Any, experiences: list[Experience]) -> tuple[list[Experience], dict[str, Any]]:
+    """Return ``operator.process(experiences)`` (a coroutine for ``ExperienceOperatorV1``, awaited here).
+
+    An ``ExperienceOperatorV1`` is prepared (``set_auxiliary_model``, ``prepare``)
+    before its first call. Raises TypeError (one line) when it does not return ``(experiences, metrics)``.
+    """
+    if not getattr(operator, "_trinity_prepared", False):
+        if hasattr(operator, "prepare") and inspect.iscoroutinefunction(operator.prepare):
+            if not hasattr(operator, "auxiliary_models") and hasattr(operator, "set_auxiliary_model"):
+                operator.set_auxiliary_model({})
+            run_coroutine(operator.prepare())
+        operator._trinity_prepared = True
+    result = operator.process(experiences)
+    if inspect.isawaitable(result):
+        result = run_coroutine(result)
+    if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], list)):
+        raise TypeError(f"experience operator {type(operator).__name__}.process must return (list of experiences, "
+                        f"metrics dict), got {type(result).__name__}")
+    return result[0], dict(result[1] or {})
 
 
 class GroupAdvantages(ExperienceProcessor):
@@ -147,7 +222,8 @@ class GroupAdvantages(ExperienceProcessor):
             from trinity.algorithm.class_adapters import run_advantage
 
             with torch.no_grad():
-                computed = run_advantage(cast(type, self.fn), self.name, self.options, members)
+                computed, metrics = run_advantage(cast(type, self.fn), self.name, self.options, members)
+            self.metrics.update({f"{self.name}/{key}": value for key, value in metrics.items()})
             sizes_of: dict[str, int] = {}
             for exp in computed:
                 sizes_of[exp.group_id] = sizes_of.get(exp.group_id, 0) + 1
@@ -231,7 +307,10 @@ class ExperiencePipeline:
         return out
 
     def close(self) -> None:
-        """Close and release the recorder (the experience storage is the launcher's to close)."""
+        """Close the operators, then close and release the recorder (the experience storage is the launcher's)."""
+        for processor in self.processors:
+            if isinstance(processor, Operators):
+                processor.close()
         if self.recorder is not None:
             try:
                 self.recorder.close()
@@ -261,7 +340,13 @@ class ExperiencePipeline:
         """
         experiences = list(experiences)
         mark_group_sizes(experiences)
+        for processor in self.processors:
+            processor.metrics = {}
+        before = self.operator_dropped()
         stored = self.process(experiences) + self.flush()
+        if experiences and self.operator_dropped() - before == len(experiences):
+            logger.warning("the experience operators dropped all %d experience(s) of the step: %s",
+                           len(experiences), self.step_metrics())
         if batch is not None:
             dropped = dropped_groups + self._carried_dropped
             self._carried_dropped = 0 if stored else dropped
@@ -270,6 +355,14 @@ class ExperiencePipeline:
                                                    "batch_dropped": dropped}) for e in stored]
         self._put(stored, timeout)
         return stored
+
+    def operator_dropped(self) -> int:
+        """Return how many experiences the experience operators dropped so far."""
+        return sum(p.dropped for p in self.processors if isinstance(p, Operators))
+
+    def step_metrics(self) -> dict[str, float]:
+        """Return what the stages reported during the last :meth:`write_step`, as ``pipeline/<name>/<metric>``."""
+        return {f"pipeline/{key}": value for p in self.processors for key, value in p.metrics.items()}
 
     def write(self, experiences: Sequence[Experience], timeout: float | None = None) -> int:
         """Process ``experiences`` and put the result into the storage in one call; returns how many were stored.
@@ -316,10 +409,10 @@ def build_pipeline(
             if "name" not in entry or extra or not isinstance(entry.get("args", {}), Mapping):
                 raise ValueError(
                     f"reward shaping entry {number} {dict(entry)!r} must be {{'name': <shaper>, 'args': {{...}}}} "
-                    f"(shapers: {', '.join(REWARD_SHAPERS.names())})"
+                    f"(operators: {', '.join(EXPERIENCE_OPERATORS.names())})"
                 )
             specs.append((str(entry["name"]), entry.get("args", {})))
-        processors.append(RewardShaping(specs))
+        processors.append(Operators(specs))
     if advantage_fn:
         processors.append(GroupAdvantages(advantage_fn, advantage_options, group_size=group_size,
                                           pad_token_id=pad_token_id, group_filter=group_filter))

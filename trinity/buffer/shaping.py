@@ -9,8 +9,10 @@ pipeline passes experiences without one through unchanged.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from trinity.common.experience import Experience
+if TYPE_CHECKING:
+    from trinity.common.experience import Experience
 
 #: ``(reward, experience, **options) -> shaped reward``
 RewardShaper = Callable[..., float]

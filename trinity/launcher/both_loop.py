@@ -271,6 +271,7 @@ class BothLoop:
             )
         with self._store_lock:
             stored = self.pipeline.write_step(experiences, batch=step, dropped_groups=dropped)
+            pipeline_metrics = self.pipeline.step_metrics()
             sizes = group_sizes(stored)
             groups = len(sizes)
             with self.cond:
@@ -283,6 +284,7 @@ class BothLoop:
                 self.cond.notify_all()
         metrics = explore_metrics(result, experiences)
         metrics["explore/stored_experiences"] = float(len(stored))
+        metrics.update(pipeline_metrics)
         versions = [int(e.model_version) for e in experiences]
         if versions:
             metrics["explore/model_version"] = float(min(versions))
@@ -518,7 +520,9 @@ class BothLoop:
         if self.started_at == 0:
             check_trained(self.trained_here, self.explored_here, (
                 f"{self.explored_groups} group(s) stored, {self.skipped_batches} training batch(es) skipped because "
-                f"the explorer dropped every group of them, {self._dropped()} group(s) dropped as stale"))
+                f"the explorer dropped every group of them, {self._dropped()} group(s) dropped as stale"
+                + (f", {filtered} experience(s) dropped by the experience operators"
+                   if (filtered := self.pipeline.operator_dropped()) else "")))
         interval = plan.explorer.eval_interval
         if plan.buffer.eval_tasksets and not (interval and final % interval == 0):
             if self.synced_version != final:

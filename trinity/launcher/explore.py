@@ -187,6 +187,7 @@ def _explore_batches(
         pipeline.write_step(result.experiences, batch=step, dropped_groups=dropped)
         metrics = explore_metrics(result, result.experiences)
         metrics["explore/model_version"] = float(loaded)
+        metrics.update(pipeline.step_metrics())
         # the state right after the batch is stored, so a killed job never explores a stored batch again; it
         # carries the step's row, which a job killed before logging it leaves for the next one to log
         state = {"tasks": tasks.state_dict(), "model_version": loaded, "row": {"step": step + 1, "metrics": metrics}}

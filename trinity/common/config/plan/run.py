@@ -287,6 +287,7 @@ def _buffer(config: Config, model: ModelPlan, training: Any, notes: list[str]) -
 
 def _check_names(plan: BufferPlan, training: Any) -> None:
     """Check every workflow, reward function, sample strategy and operator a config names; raises ConfigError."""
+    from trinity.algorithm.options import UnknownOptionError, check_options
     from trinity.buffer.catalog import REWARD_SHAPERS
     from trinity.common.workflows.catalog import REWARD_FNS, WORKFLOWS
 
@@ -298,9 +299,13 @@ def _check_names(plan: BufferPlan, training: Any) -> None:
                 f"{name!r}, which is not there; add it (an SFT data set) or set sample_strategy_args.sft_dataset_name"
             )
     for index, operator in enumerate(plan.operators):
+        where = f"data_processor.experience_pipeline.operators[{index}]"
         if not REWARD_SHAPERS.resolves(operator.name):
-            raise ConfigError(f"data_processor.experience_pipeline.operators[{index}].name: "
-                              f"{_unknown(REWARD_SHAPERS, operator.name)}")
+            raise ConfigError(f"{where}.name: {_unknown(REWARD_SHAPERS, operator.name)}")
+        try:
+            check_options(REWARD_SHAPERS.kind, operator.name, REWARD_SHAPERS.get(operator.name), dict(operator.args))
+        except UnknownOptionError as exc:
+            raise ConfigError(f"{where}.args: {exc}") from None
 
     from trinity.common.rewards.base import RewardOptionError, check_reward_options
     from trinity.common.workflows.catalog import unavailable_reason
