@@ -90,3 +90,14 @@ def test_mix_adds_expert_rows(root: Path, monkeypatch: pytest.MonkeyPatch) -> No
     for step in train_metrics(run_example("mix/mix.yaml", root, monkeypatch)):
         assert step["rows"] == 16 and step["expert_row_frac"] == 0.25
         assert math.isfinite(step["expert/sft_loss"])
+
+
+def test_ruler_rewards_come_from_the_judge(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tiny judge never writes a list of scores: every reward is 0, judge_success 0, the gold reward kept."""
+    records = run_example("grpo_gsm8k_ruler/gsm8k_ruler.yaml", root, monkeypatch)
+    for step in train_metrics(records, learns=False):
+        assert step["reward_mean"] == 0.0 and step["advantage_mean"] == 0.0
+    explore = [r["metrics"] for r in records if r["phase"] == "explore"]
+    assert all(m["explore/judge_success/mean"] == 0.0 for m in explore)
+    assert all(m["explore/gold_reward/mean"] == pytest.approx(-0.1) for m in explore)  # math_reward's format miss
+    assert all(m["explore/stored_experiences"] == 16 for m in explore)

@@ -39,6 +39,8 @@ UPSTREAM = {
     "tool_call_workflow": "ToolCallWorkflow", "frozen_lake_workflow": "FrozenLakeWorkflow",
     "sudoku_workflow": "SudokuWorkflow", "on_policy_distill_workflow": "OnPolicyDistillWorkflow",
     "on_policy_distill_math_workflow": "OnPolicyDistillMathWorkflow",
+    "math_ruler_workflow": "MathRulerWorkflow", "async_math_ruler_workflow": "MathRulerWorkflow",
+    "math_trainable_ruler_workflow": "MathTrainableRulerWorkflow",
 }
 
 TOOLS = [{"name": "get_weather", "description": "Weather of a city",
@@ -92,7 +94,7 @@ def test_upstream_names_are_declared_async_names_share_the_class() -> None:
 
 def test_unavailable_upstream_names_say_why() -> None:
     for name in ("alfworld_workflow", "sciworld_workflow", "webshop_workflow", "agentscope_react_workflow",
-                 "email_search_workflow", "math_rm_workflow", "math_ruler_workflow", "rubric_judge_workflow",
+                 "email_search_workflow", "math_rm_workflow", "rubric_judge_workflow",
                  "simple_mm_workflow", "rm_gallery_reward"):
         reason = unavailable_reason(name)
         assert reason is not None and reason.startswith(name) and "\n" not in reason

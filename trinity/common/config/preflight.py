@@ -132,7 +132,10 @@ def _preflight(plan: RunPlan, strict: bool, checker: Callable[..., str | None],
     for aux in plan.explorer.auxiliary:
         if aux.external is not None:  # served elsewhere: its model_path is a name at the endpoint
             continue
-        report(check_model_path(aux.model_path, f"explorer.auxiliary_models ({aux.name}).model_path"), aux.model_path)
+        policy = Path(plan.model.path).expanduser()
+        same_tiny = plan.model.tiny is not None and Path(aux.model_path).expanduser() == policy
+        report(check_model_path(aux.model_path, f"explorer.auxiliary_models ({aux.name}).model_path", tiny=same_tiny),
+               aux.model_path)  # the policy's tiny model is built before any engine starts
     buffer = plan.buffer
     for taskset in [t for t in (buffer.train_taskset, *buffer.eval_tasksets) if t is not None]:
         report(checker(taskset.path, taskset.split, taskset.subset_name, taskset.format, taskset.where, "task"),

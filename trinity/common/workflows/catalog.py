@@ -48,6 +48,9 @@ BUILT_IN: dict[str, str] = {
     "sudoku_workflow": f"{_W}.sudoku:SudokuWorkflow",
     "on_policy_distill_workflow": f"{_W}.distill:OnPolicyDistillWorkflow",
     "on_policy_distill_math_workflow": f"{_W}.distill:OnPolicyDistillMathWorkflow",
+    "math_ruler_workflow": f"{_W}.ruler:MathRulerWorkflow",
+    "async_math_ruler_workflow": f"{_W}.ruler:MathRulerWorkflow",
+    "math_trainable_ruler_workflow": f"{_W}.ruler:MathTrainableRulerWorkflow",
 }
 
 for _name, _target in BUILT_IN.items():
@@ -75,8 +78,7 @@ UNAVAILABLE: dict[str, str] = {
        for name in ("math_rm_workflow", "async_math_rm_workflow")},
     **{name: f"{name} asks an LLM judge through an OpenAI-compatible API (RULER / rubric judging), "
              f"not available in trinity-rft; {_OWN}"
-       for name in ("math_ruler_workflow", "async_math_ruler_workflow", "math_trainable_ruler_workflow",
-                    "rubric_judge_workflow", "rubric_judge_openai_workflow")},
+       for name in ("rubric_judge_workflow", "rubric_judge_openai_workflow")},
     **{name: f"{name} is multimodal (images/videos), which trinity-rft does not support; use simple_workflow "
              f"for text tasks"
        for name in ("simple_mm_workflow", "async_simple_mm_workflow")},

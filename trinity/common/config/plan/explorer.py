@@ -151,12 +151,15 @@ def _engine(spec: InferenceModelConfig, model: ModelPlan, *, name: str, model_pa
         raise ConfigError(f"{where}.engine_type: {spec.engine_type!r} is not one of auto, vllm, hf, external")
     if spec.engine_num < 1 or spec.tensor_parallel_size < 1:
         raise ConfigError(f"{where}: engine_num and tensor_parallel_size must be at least 1")
-    length, prompt, response, _ = resolve_lengths(
+    given = (
         spec.max_model_len if spec.max_model_len is not None else model.max_model_len,
         spec.max_prompt_tokens if spec.max_prompt_tokens is not None else model.max_prompt_tokens,
         spec.max_response_tokens if spec.max_response_tokens is not None else model.max_response_tokens,
-        0,
     )
+    overlong = auxiliary_overlong(given) if name != "rollout" else None
+    if overlong is not None:  # upstream checks the sum for the policy only: an engine stops at its context length
+        given = (given[0], given[1], overlong)
+    length, prompt, response, _ = resolve_lengths(*given, 0)
     return EnginePlan(
         name=name, model_path=model_path, engine_type=engine_type, engine_num=spec.engine_num,
         tensor_parallel_size=spec.tensor_parallel_size, dtype=dtype, seed=spec.seed, max_model_len=length,
@@ -170,6 +173,15 @@ def _engine(spec: InferenceModelConfig, model: ModelPlan, *, name: str, model_pa
         ignore_eos=spec.ignore_eos, trust_remote_code=spec.trust_remote_code or model.trust_remote_code,
         api=_api(spec, where),
     )
+
+
+def auxiliary_overlong(lengths: tuple[int | None, int | None, int | None]) -> int | None:
+    """Return the reply length an auxiliary engine keeps when ``(max_model_len, prompt, response)`` overflow the
+    context (``max_model_len - prompt``); None when they fit or are not all set."""
+    length, prompt, response = lengths
+    if length is None or prompt is None or response is None or prompt + response <= length or prompt >= length:
+        return None
+    return length - prompt
 
 
 def _external(spec: InferenceModelConfig, where: str) -> ExternalPlan:

@@ -29,7 +29,7 @@ from trinity.common.config.plan.data import (
     resolve_taskset,
     with_chat_template,
 )
-from trinity.common.config.plan.explorer import ExplorerPlan, resolve_explorer
+from trinity.common.config.plan.explorer import ExplorerPlan, auxiliary_overlong, resolve_explorer
 from trinity.common.config.plan.model import ModelPlan, resolve_model
 from trinity.common.config.plan.trainer import TrainerPlan, resolve_trainer
 from trinity.common.config.schema import AlgorithmConfig, Config
@@ -391,6 +391,15 @@ def _resolve(config: Config, stage: tuple[int, int, str] | None) -> RunPlan:
     buffer = _buffer(config, model, training, notes)
     _check_names(buffer, training)
     explorer = resolve_explorer(config, model)
+    for index, engine in enumerate(config.explorer.auxiliary_models):
+        given = (engine.max_model_len if engine.max_model_len is not None else config.model.max_model_len,
+                 engine.max_prompt_tokens if engine.max_prompt_tokens is not None else config.model.max_prompt_tokens,
+                 engine.max_response_tokens if engine.max_response_tokens is not None
+                 else config.model.max_response_tokens)
+        if (kept := auxiliary_overlong(given)) is not None:
+            notes.append(f"explorer.auxiliary_models[{index}]: max_prompt_tokens + max_response_tokens "
+                         f"({given[1]} + {given[2]}) exceed max_model_len ({given[0]}); its replies stop at "
+                         f"{kept} tokens after a prompt of {given[1]}")
     if config.mode == "serve":
         if explorer.rollout.api is None:
             raise ConfigError("mode: serve serves the rollout engines' OpenAI API; set "
