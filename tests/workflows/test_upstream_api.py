@@ -131,6 +131,29 @@ def test_an_async_workflow_runs_its_repeats_in_one_event_loop(client: EngineClie
     assert [e.run_id for e in made] == [0, 1] and all(e.reward == 0.5 for e in made)
 
 
+class TwoKindsWorkflow(Workflow):
+    """Upstream's trainable-RULER pattern: its own task ids split the replies and the judgements into two groups."""
+
+    can_repeat: bool = True
+
+    def run(self) -> list[Experience]:
+        replies = self.model.chat([{"role": "user", "content": "hi"}], n=2, max_tokens=3)
+        judged = self.model.chat([{"role": "user", "content": "judge"}], n=2, max_tokens=3)
+        for reply in replies:
+            assert reply.eid is not None
+            reply.eid.task = str(self.task.task_id)
+        for judgement in judged:
+            assert judgement.eid is not None
+            judgement.eid.task = str(self.task.task_id) + "-ruler"
+        return replies + judged
+
+
+def test_a_task_id_the_workflow_sets_is_a_group_of_its_own(client: EngineClient) -> None:
+    task = task_of("two_kinds", 2)
+    made = UpstreamWorkflowRunner(TwoKindsWorkflow, SamplingParams(max_tokens=3)).run(client, task)
+    assert [e.group_id for e in made] == [task.group_id] * 2 + [f"{task.group_id}/7-ruler"] * 2
+
+
 def test_the_model_wrapper_speaks_upstreams_calls(client: EngineClient) -> None:
     model = ModelWrapper(client, SamplingParams(max_tokens=4))
     made = model.generate(["a", "b"], n=2, temperature=0.0)

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from trinity.common.experience import Experience
+from trinity.common.experience import EID, Experience
 from trinity.common.models.engine import Completion, SamplingParams
 
 #: Upstream's sampling keyword arguments that trinity-rft's engines take, by SamplingParams field.
@@ -104,6 +104,7 @@ class ModelWrapper:
             response_text=completion.text,
             info={"finish_reason": completion.finish_reason},
             truncate_status="response_truncated" if completion.finish_reason == "length" else None,
+            eid=EID(),  # upstream's replies carry an id the workflow may set (run, step, its own task id)
         )
 
     def _decode(self, tokens: torch.Tensor) -> str | None:
@@ -128,7 +129,11 @@ class ModelWrapper:
 
     def extract_experience_from_history(self, clear_history: bool = True) -> list[Experience]:
         """The experiences of this wrapper's OpenAI requests (one per completion), forgotten when ``clear_history``."""
-        return list(self.client.extract_experience_from_history(clear_history))
+        experiences = list(self.client.extract_experience_from_history(clear_history))
+        for experience in experiences:
+            if experience.eid is None:
+                experience.eid = EID()
+        return experiences
 
     def clone_with_isolated_history(self) -> ModelWrapper:
         """A wrapper of the same engine whose OpenAI requests are recorded apart (one per concurrent episode)."""

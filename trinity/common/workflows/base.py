@@ -123,6 +123,11 @@ class Task:
         return self.prompt
 
     @property
+    def task_id(self) -> int:
+        """Upstream's name of the task's index in its task set."""
+        return self.index
+
+    @property
     def truth(self) -> Any:
         """Upstream's (deprecated) name of the reference answer."""
         return self.answer

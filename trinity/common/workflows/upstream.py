@@ -16,7 +16,9 @@ wraps such a class in an :class:`UpstreamWorkflowRunner`, which, for each task a
   class ``can_repeat``, else once per repeat, the repeats side by side
   (threads, or one event loop for ``is_async``), run ``i`` numbered
   ``run_id_base + i``;
-* fills in what upstream's runner fills in: the group (the task), the run
+* fills in what upstream's runner fills in: the group (the task; an
+  ``eid.task`` the workflow set to something else is a group of its own, as
+  upstream groups by it), the run
   id (a workflow's own ``eid.run`` is kept), the weights version of
   experiences built by hand, ``eid``, and the workflow's ``metrics``
   (averaged by the monitor like every workflow's).
@@ -132,12 +134,15 @@ class UpstreamWorkflowRunner(Workflow):
 
     def _filled(self, made: list[Experience], runs: list[int], task: Task, model: Any) -> list[Experience]:
         for experience, run in zip(made, runs, strict=True):
-            experience.group_id = experience.group_id or task.group_id
-            experience.run_id = run
             if experience.eid is None:
                 experience.eid = EID()
+            own_task = str(experience.eid.task)
+            if not experience.group_id:  # a task id of the workflow's own making is a group of its own, as upstream
+                named = own_task not in ("", str(task.index))
+                experience.group_id = f"{task.group_id}/{own_task}" if named else task.group_id
+            experience.run_id = run
             experience.eid.batch, experience.eid.run = task.step, run
-            if experience.eid.task == "":
+            if own_task == "":
                 experience.eid.task = task.index
             if experience.model_version == 0 and model.last_version:
                 experience.model_version = model.last_version  # built by hand from a reply of that version
