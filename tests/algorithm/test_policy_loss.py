@@ -247,6 +247,9 @@ def test_gspo_sequence_ratio_value_and_gradient_unclipped() -> None:
     assert loss.item() == pytest.approx((-S0 + S1) / 2)
     assert metrics["seq_ratio_mean"] == pytest.approx((S0 + S1) / 2)
     assert metrics["approx_kl"] == pytest.approx((-0.2 + 0.0001) / 2)
+    assert metrics["ppo_kl_seq"] == metrics["approx_kl"]
+    # upstream's token-level ppo_kl: mean of old - new over the 5 response tokens (0.1, 0.3 | 0, 0, -0.0003)
+    assert metrics["ppo_kl"] == pytest.approx(-(0.1 + 0.3 - 0.0003) / 5)
     assert metrics["clip_frac"] == 0.0
     # sequence-level GSPO: d(-A s_i)/d logp_t = -A s_i / |y_i|, times 1/2 for the mean over sequences
     assert_values(grad_of(loss, logprobs), [[-S0 / 4, -S0 / 4, 0.0], [S1 / 6, S1 / 6, S1 / 6]], atol=1e-12)

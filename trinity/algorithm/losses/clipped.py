@@ -145,7 +145,8 @@ def gspo_loss(
     so the token loss is ``max(-A_t s_i, -A_t clip(s_i, 1 - low, 1 + high))``.
     Clip ranges default to 3e-4 (low) and 4e-4 (high); ``clip_range`` sets
     both. Metrics: ``pg_loss``, ``clip_frac``, ``seq_ratio_mean``,
-    ``approx_kl`` (mean over sequences of ``mean_t (old_logp - logp)``).
+    ``approx_kl`` and upstream's ``ppo_kl_seq`` (mean over sequences of
+    ``mean_t (old_logp - logp)``), upstream's ``ppo_kl`` (the same mean over tokens).
     Raises ValueError without ``old_logprobs`` or ``advantages``, or for clip
     ranges out of bounds.
     """
@@ -153,7 +154,8 @@ def gspo_loss(
     mask = inputs.mask
     advantages = inputs.require("advantages", "gspo")
     logprobs = inputs.masked_logprobs()
-    seq_log_ratio = masked_mean(logprobs - inputs.require("old_logprobs", "gspo"), mask, dim=-1).detach()
+    token_log_ratio = (logprobs - inputs.require("old_logprobs", "gspo")).detach()
+    seq_log_ratio = masked_mean(token_log_ratio, mask, dim=-1)
     seq_log_ratio = seq_log_ratio.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
     ratio = (seq_log_ratio.unsqueeze(1) + logprobs - logprobs.detach()).exp()
     token_loss, clipped = _clipped_surrogate(advantages, ratio, bounds)
@@ -164,6 +166,8 @@ def gspo_loss(
         "clip_frac": mean_over_tokens(clipped.float(), inputs),
         "seq_ratio_mean": float(masked_mean(seq_log_ratio.exp(), has_tokens)),
         "approx_kl": float(masked_mean(-seq_log_ratio, has_tokens)),
+        "ppo_kl": mean_over_tokens(-token_log_ratio, inputs),
+        "ppo_kl_seq": float(masked_mean(-seq_log_ratio, has_tokens)),
     }
 
 

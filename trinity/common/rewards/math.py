@@ -3,16 +3,22 @@
 Extraction tries, in order, and takes the *last* occurrence of the first kind found:
 
 1. ``\\boxed{...}`` (or ``\\fbox{...}``), braces balanced;
-2. "The (final) answer is X" / "Answer: X" (to the end of the line, a trailing period dropped);
+2. "The (final) answer is X" / "Answer: X" (to the end of the line, a trailing period dropped), else
+   a Chinese answer phrase ("答案是 X", "答案为 X", "答：X");
 3. "#### X" (GSM8K style);
 4. the last number in the text.
 
 Comparison: when both sides read as numbers (integers, decimals, ``a/b``,
 ``\\frac{a}{b}``, thousands separators, ``$``, ``%``, a trailing unit word),
 they are compared exactly as fractions (``0.5 == 1/2``); otherwise as
-normalised strings (LaTeX spacing and ``\\text{}`` removed, case folded).
+normalised strings (LaTeX spacing and ``\\text{}`` removed, case folded);
+failing both, symbolically with ``math-verify``, the library upstream uses
+(:mod:`~trinity.common.rewards.math_verify_check`: ``2\\sqrt{2} == \\sqrt{8}``,
+``x = 5 == 5``, ``(108±31√5)/216`` against its expanded form).
 A reference answer is read the same way (GSM8K's ``... #### 72`` gives 72).
 """
+
+# ruff: noqa: RUF002 - the Unicode math and Chinese punctuation are what is read
 
 from __future__ import annotations
 
@@ -21,6 +27,7 @@ from fractions import Fraction
 from typing import Any
 
 from trinity.common.rewards.base import REWARD_FNS
+from trinity.common.rewards.math_verify_check import chinese_answer, symbolically_equal
 
 _NUMBER = r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?|-?\.\d+"
 _NUMBER_RE = re.compile(_NUMBER)
@@ -53,13 +60,19 @@ def last_boxed(text: str) -> str | None:
 
 
 def extract_answer(text: str) -> str | None:
-    """Return the final answer written in ``text`` (see the module docstring), or None when there is none."""
+    """Return the final answer written in ``text`` (see the module docstring), or None when there is none
+    (also for a ``text`` that is not a string)."""
+    if not isinstance(text, str):
+        return None
     boxed = last_boxed(text)
     if boxed is not None:
         return boxed.strip()
     matches = _ANSWER_IS_RE.findall(text)
     if matches:
         return _trim(matches[-1])
+    chinese = chinese_answer(text)
+    if chinese is not None:
+        return _trim(chinese)
     matches = _HASHES_RE.findall(text)
     if matches:
         return _trim(matches[-1])
@@ -128,7 +141,9 @@ def answers_match(candidate: str, reference: str) -> bool:
         if first is not None:
             value = to_number(first.group(0))
             return value is not None and value == b
-    return normalize(candidate) == normalize(reference)
+    if normalize(candidate) == normalize(reference):
+        return True
+    return symbolically_equal(candidate, reference)
 
 
 @REWARD_FNS.register("math_accuracy")

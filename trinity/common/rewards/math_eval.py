@@ -7,7 +7,8 @@ part after ``####``, or all of it), brings both to :func:`canonical_math`
 form and compares them with :func:`math_equal`: equal text, equal numbers
 (relative tolerance 1e-4, percentages allowed: ``50`` matches ``0.5``),
 intervals and matrices element by element, ``x = 5`` against ``5``.
-Symbolic equivalence (sympy) is not attempted.
+Answers none of these finds equal are compared symbolically with
+``math-verify`` (:mod:`~trinity.common.rewards.math_verify_check`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import re
 
 from trinity.common.rewards.math import to_number
 from trinity.common.rewards.math_text import boxed_content, canonical_math
+from trinity.common.rewards.math_verify_check import symbolically_equal
 
 _ANSWER_IS = (re.compile(r"(?:final|the)\s+answer\s+is\s*:?\s*(.+)", re.IGNORECASE), re.compile(r"答案是\s*:?\s*(.+)"))
 _LAST_NUMBER_RE = re.compile(r"[-+]?\d*\.?\d+")
@@ -24,7 +26,10 @@ _MATRIX = ("\\begin{pmatrix}", "\\end{pmatrix}")
 
 
 def eval_extract_answer(text: str) -> str | None:
-    """Return the canonical final answer of ``text`` (see the module docstring), or None when it has none."""
+    """Return the canonical final answer of ``text`` (see the module docstring), or None when it has none
+    (also for a ``text`` that is not a string)."""
+    if not isinstance(text, str):
+        return None
     if "boxed" in text:
         tail = text.rsplit("boxed", maxsplit=1)[-1]
         if not tail:
@@ -114,7 +119,7 @@ def math_equal(prediction: str | None, reference: str | None) -> bool:
         result = compare(prediction, reference)
         if result is not None:
             return result
-    return False
+    return symbolically_equal(prediction, reference)
 
 
 def verify_math_answer(response: str, truth: object) -> float:

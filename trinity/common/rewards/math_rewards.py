@@ -16,9 +16,10 @@ They return named parts, as upstream's reward classes do (the reward is their su
   ``format_score`` (``-format_score_coef`` when ``with_think`` and the
   ``<think></think>`` tags are not exactly one pair in order, else 0).
 
-Upstream checks ``accuracy_reward`` and ``math_reward`` with the ``math_verify``
-package (symbolic equivalence); here answers are compared with
-:func:`~trinity.common.rewards.math.answers_match` (exact numbers, normalised text).
+Answers are compared with :func:`~trinity.common.rewards.math.answers_match`:
+exact numbers, normalised text, then symbolic equivalence with the
+``math-verify`` package, which upstream checks ``accuracy_reward`` and
+``math_reward`` with.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any
 from trinity.common.rewards.base import REWARD_FNS
 from trinity.common.rewards.math import answers_match, extract_answer, reference_answer
 from trinity.common.rewards.math_text import boxed_content, same_math_text, think_tags_valid
+from trinity.common.rewards.math_verify_check import symbolically_equal
 
 #: ``format_reward``'s default pattern (matched against the whole response, ``re.DOTALL | re.MULTILINE``).
 FORMAT_PATTERN = r"^<think>\n.*?\n</think>\n<answer>\n.*?\n</answer>$"
@@ -94,8 +96,11 @@ def math_reward(response: str, answer: Any, *, pattern: str | None = None, **con
     """
     truth = _need_answer("math_reward", answer)
     tagged = _ANSWER_TAG_RE.search(response)
-    candidate = extract_answer(tagged.group(1) if tagged else response)
-    return {"accuracy": _is_correct(candidate, truth),
+    text = tagged.group(1) if tagged else response
+    accuracy = _is_correct(extract_answer(text), truth)
+    if not accuracy and tagged:  # upstream reads the whole <answer> text as math (``x = \frac{...}{...}``)
+        accuracy = float(symbolically_equal(text.strip(), reference_answer(truth)))
+    return {"accuracy": accuracy,
             "format_score": _format_score(response, pattern or MATH_FORMAT_PATTERN)}
 
 
