@@ -87,7 +87,6 @@ def test_missing_environment_variable_without_default(tmp_path: Path, monkeypatc
     ({"synchronizer.sync_style": "whenever"}, r"^synchronizer\.sync_style: 'whenever' is not one of fixed, "),
     ({"model.lora_configs": [{"lora_rank": 8}]}, r"^model\.lora_configs: list .* is not supported: LoRA"),
     ({"buffer.explorer_input.taskset.format.image_key": "img"}, r"multimodal data is not supported"),
-    ({"explorer.rollout_model.reasoning_parser": "deepseek_r1"}, r"reasoning parsers are not supported yet"),
     ({"mode": "explore_all"}, r"^mode: 'explore_all' is not one of both, explore, train, bench, serve$"),
     ({"algorithm.optimizer.lr_scheduler_type": "linear"}, r"is not one of constant, cosine$"),
     ({"algorithm.optimizer.clip_grad": 0.5}, r"clip_grad: 0\.5 differs from trainer\.grad_clip \(1\)"),

@@ -35,6 +35,8 @@ def _info(record: RequestRecord) -> dict[str, Any]:
         info["tool_calls"] = len(record.tool_calls)
     if record.tool_call_error is not None:
         info["tool_call_error"] = record.tool_call_error
+    if record.reasoning is not None:
+        info["reasoning_content"] = record.reasoning
     return info
 
 

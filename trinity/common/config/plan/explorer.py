@@ -88,6 +88,8 @@ class ApiPlan:
     tool_call_parser: str | None
     #: Log each request.
     log_requests: bool
+    #: Reasoning parser name (``reasoning_content`` split off ``content``), or None.
+    reasoning_parser: str | None = None
 
 
 @dataclass(frozen=True)
@@ -202,7 +204,7 @@ def _external(spec: InferenceModelConfig, where: str) -> ExternalPlan:
 def _api(spec: InferenceModelConfig, where: str) -> ApiPlan | None:
     """Return the API plan of an engine group; raises ConfigError for settings that cannot work together."""
     if not spec.enable_openai_api:
-        for key in ("enable_history", "enable_auto_tool_choice", "enable_log_requests"):
+        for key in ("enable_history", "enable_auto_tool_choice", "enable_log_requests", "reasoning_parser"):
             if getattr(spec, key):
                 raise ConfigError(f"{where}.{key}: applies to the OpenAI API; set {where}.enable_openai_api: true "
                                   f"as well, or remove {key}")
@@ -214,13 +216,20 @@ def _api(spec: InferenceModelConfig, where: str) -> ApiPlan | None:
         if parser not in TOOL_CALL_PARSERS.names():
             raise ConfigError(f"{where}.tool_call_parser: {parser!r} is not one of "
                               f"{', '.join(TOOL_CALL_PARSERS.names())}")
+    reasoning = spec.reasoning_parser
+    if reasoning is not None:
+        from trinity.common.models.openai_api.reasoning import REASONING_PARSERS
+
+        if reasoning not in REASONING_PARSERS.names():
+            raise ConfigError(f"{where}.reasoning_parser: {reasoning!r} is not one of "
+                              f"{', '.join(REASONING_PARSERS.names())}")
     if spec.enable_auto_tool_choice and parser is None:
         raise ConfigError(f"{where}.enable_auto_tool_choice: needs {where}.tool_call_parser (e.g. hermes)")
     if not 0 <= spec.api_port <= 65535:
         raise ConfigError(f"{where}.api_port: {spec.api_port} is not a port (0 for a free one)")
     return ApiPlan(host=spec.api_host or None, port=spec.api_port, history=spec.enable_history,
                    auto_tool_choice=spec.enable_auto_tool_choice, tool_call_parser=parser,
-                   log_requests=spec.enable_log_requests)
+                   log_requests=spec.enable_log_requests, reasoning_parser=reasoning)
 
 
 def resolve_explorer(config: Config, model: ModelPlan) -> ExplorerPlan:

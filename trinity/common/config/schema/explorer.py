@@ -90,8 +90,9 @@ class InferenceModelConfig:
     enable_auto_tool_choice: bool = False
     #: How tool calls are read from replies: ``hermes`` (Hermes / Qwen2.5 ``<tool_call>`` JSON blocks).
     tool_call_parser: str | None = None
-    #: Reasoning parser of the API.
-    reasoning_parser: str | None = refused(None, "reasoning parsers are not supported yet; remove the key")
+    #: How the API splits thinking from answer: ``deepseek_r1`` (before ``</think>``) or ``qwen3``
+    #: (``<think>...</think>``); the chat API then answers ``reasoning_content`` beside ``content``.
+    reasoning_parser: str | None = None
     #: (trinity-rft) Address the API binds; null (default): the node's Ray address (reachable from other
     #: nodes), ``127.0.0.1``: this node only.
     api_host: str | None = None

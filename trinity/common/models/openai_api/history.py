@@ -68,6 +68,8 @@ class RequestRecord:
     message_count: int = 0
     #: Digest of the request's messages followed by this reply, and its tools ("" for completions).
     context_key: str = ""
+    #: The reply's thinking, split off by the API's reasoning parser (None without one, or none thought).
+    reasoning: str | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle state: tensors as numpy arrays (cheaper across Ray)."""

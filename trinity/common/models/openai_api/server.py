@@ -46,6 +46,7 @@ from trinity.common.models.openai_api.protocol import (
     read_chat_request,
     read_completion_request,
 )
+from trinity.common.models.openai_api.reasoning import REASONING_PARSERS, SplitReply
 from trinity.common.models.openai_api.tool_calls import TOOL_CALL_PARSERS, ParsedReply
 
 logger = logging.getLogger(__name__)
@@ -74,6 +75,8 @@ class ApiSettings:
     tool_call_parser: str | None = None
     #: Log each request (``enable_log_requests``).
     log_requests: bool = False
+    #: Registry name of the reasoning parser, or None.
+    reasoning_parser: str | None = None
 
 
 def _error_response(error: ApiError) -> Any:
@@ -93,6 +96,8 @@ class ApiServer:
             self._parser: Callable[[str], ParsedReply] | None = TOOL_CALL_PARSERS.get(settings.tool_call_parser)
         else:
             self._parser = None
+        self._split: Callable[[str], SplitReply] | None = (
+            REASONING_PARSERS.get(settings.reasoning_parser) if settings.reasoning_parser is not None else None)
         self._pool = ThreadPoolExecutor(max_workers=REQUEST_THREADS, thread_name_prefix="openai-api")
         self._server: Any = None
         self._thread: threading.Thread | None = None
@@ -262,8 +267,9 @@ class ApiServer:
                         params.max_tokens, len(chat.tools or ()))
         completions = self._generate([prompt], params, state)[0]
         request_id = f"chatcmpl-{uuid.uuid4().hex}"
-        parsed = [self._parser(c.text) if parse and self._parser is not None else ParsedReply(c.text)
-                  for c in completions]
+        splits = [self._split(c.text) if self._split is not None else SplitReply(None, c.text) for c in completions]
+        parsed = [self._parser(s.content) if parse and self._parser is not None else ParsedReply(s.content)
+                  for s in splits]
         tops = [self._top_logprobs(prompt, c, chat.top_logprobs, params.temperature) if chat.top_logprobs
                 else None for c in completions]
         self._record(session, [RequestRecord(
@@ -274,14 +280,17 @@ class ApiServer:
             temperature=params.temperature, message_count=len(chat.messages),
             context_key=context_key([*chat.messages, reply_message(p.content, [t.as_openai() for t in p.tool_calls])],
                                     chat.tools) if session else "",
-        ) for i, (c, p) in enumerate(zip(completions, parsed, strict=True))])
+            reasoning=s.reasoning,
+        ) for i, (c, p, s) in enumerate(zip(completions, parsed, splits, strict=True))])
         usage = self._usage(len(prompt), completions)
         if chat.stream:
             return None, self._chat_events(request_id, model, chat, completions=completions, parsed=parsed,
-                                           tops=tops, usage=usage)
+                                           tops=tops, usage=usage, splits=splits)
         choices = []
-        for i, (c, p, top) in enumerate(zip(completions, parsed, tops, strict=True)):
+        for i, (c, p, top, split) in enumerate(zip(completions, parsed, tops, splits, strict=True)):
             message: dict[str, Any] = {"role": "assistant", "content": p.content}
+            if self._split is not None:
+                message["reasoning_content"] = split.reasoning
             if p.tool_calls:
                 message["tool_calls"] = [t.as_openai() for t in p.tool_calls]
             choice: dict[str, Any] = {
@@ -346,7 +355,8 @@ class ApiServer:
         return pieces
 
     def _chat_events(self, request_id: str, model: str, chat: ChatRequest, *, completions: list[Completion],
-                     parsed: list[ParsedReply], tops: list[Any], usage: dict[str, int]) -> Iterator[dict[str, Any]]:
+                     parsed: list[ParsedReply], tops: list[Any], usage: dict[str, int],
+                     splits: list[SplitReply]) -> Iterator[dict[str, Any]]:
         created = int(time.time())
 
         def chunk(choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
@@ -357,7 +367,17 @@ class ApiServer:
             yield chunk([{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
                           "finish_reason": None}])
             logprobs = self._chat_logprobs(c, top) if chat.logprobs else None
-            if p.tool_calls:
+            if self._split is not None:  # thinking and answer in one delta each, the log-probs with the answer
+                if splits[i].reasoning:
+                    yield chunk([{"index": i, "delta": {"reasoning_content": splits[i].reasoning}, "logprobs": None,
+                                  "finish_reason": None}])
+                delta: dict[str, Any] = {"content": p.content or ""}
+                if p.tool_calls:
+                    delta["tool_calls"] = [{"index": j, **t.as_openai()} for j, t in enumerate(p.tool_calls)]
+                yield chunk([{"index": i, "delta": delta,
+                              "logprobs": {"content": logprobs} if logprobs is not None else None,
+                              "finish_reason": None}])
+            elif p.tool_calls:
                 if p.content:
                     yield chunk([{"index": i, "delta": {"content": p.content}, "logprobs": None,
                                   "finish_reason": None}])

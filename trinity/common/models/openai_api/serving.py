@@ -45,6 +45,7 @@ def api_options(engine: Any, index: int) -> dict[str, Any] | None:
         "default_max_tokens": engine.max_response_tokens,
         "auto_tool_choice": api.auto_tool_choice,
         "tool_call_parser": api.tool_call_parser,
+        "reasoning_parser": api.reasoning_parser,
         "log_requests": api.log_requests,
         "history": api.history,
     }
@@ -70,6 +71,7 @@ class ServesOpenAI:
             default_max_tokens=int(options["default_max_tokens"]),
             auto_tool_choice=bool(options.get("auto_tool_choice", False)),
             tool_call_parser=options.get("tool_call_parser"),
+            reasoning_parser=options.get("reasoning_parser"),
             log_requests=bool(options.get("log_requests", False)),
         )
         self._api_history = HistoryBook()
