@@ -211,3 +211,81 @@ def test_the_operator_guides_reward_filter_runs_in_a_training_run(tmp_path: Path
     assert len(explore) == 2 and len(train) == 2
     assert all(m["pipeline/guide_reward_filter/filtered_count"] == 0 for m in explore)  # every reward is >= 0
     assert all("pipeline/pass_rate_calculator/selection/valid_ratio" in m for m in explore)
+
+
+#: develop_workflow.md, "LLM-as-a-judge Support" (``self.do_something()`` is the reader's: one chat reply here).
+GUIDE_JUDGE = '''
+from typing import List, Optional
+
+from trinity.common.experience import Experience
+from trinity.common.models.model import ModelWrapper
+from trinity.common.workflows import WORKFLOWS, Task, Workflow
+
+
+@WORKFLOWS.register_module("judged_workflow")
+class MyWorkflow(Workflow):
+    def __init__(
+        self,
+        *,
+        task: Task,
+        model: ModelWrapper,
+        auxiliary_models: Optional[List[ModelWrapper]] = None,
+    ):
+        super().__init__(task=task, model=model, auxiliary_models=auxiliary_models)
+        self.judge_model = self.auxiliary_models[0]  # OpenAI client auto-derived from ModelWrapper
+
+    def do_something(self):
+        return self.model.chat([{"role": "user", "content": self.task.raw_task["question"]}], max_tokens=4)[0]
+
+    def run(self) -> List[Experience]:
+        response = self.do_something()
+        reward_response = self.judge_model.chat.completions.create(
+            model=self.judge_model.model_path,
+            messages=[
+                {
+                    "role": "system",
+                    "content": "You are a judge. You need to give a score from 0 to 1 based on the quality of the answer.",
+                },
+                {
+                    "role": "user",
+                    "content": f"Question:\\n{self.task.raw_task['question']}\\nAnswer:\\n{response.response_text}\\nPlease give a score from 0 to 1.",
+                },
+            ],
+            temperature=0.0,
+            max_tokens=10,
+        )
+        # Parse the reward score
+        reward = float(reward_response.choices[0].message.content.strip())
+        return [
+            Experience(
+                tokens=response.tokens,
+                prompt_length=response.prompt_length,
+                reward=reward,
+                logprobs=response.logprobs,
+            )
+        ]
+'''
+
+
+def test_the_workflow_guides_llm_judge_example_trains_two_steps(tmp_path: Path) -> None:
+    """The judge is an auxiliary model no config key turns the API on for (upstream serves it anyway): a copy of
+    the tiny model taught to answer every judging request with a score, as a real judge would."""
+    from tests.models.teach import teach_replies
+    from trinity.common.models.tiny import build_tiny_model
+
+    system = "You are a judge. You need to give a score from 0 to 1 based on the quality of the answer."
+    chats = [([{"role": "system", "content": system},
+               {"role": "user", "content": f"Question:\nRepeat the letter {letter}.\nAnswer:\n{answer}\n"
+                                           "Please give a score from 0 to 1."}], "0.5")
+             for letter in "abcdefgh" for answer in (letter, "xyz", f"{letter} {letter}")]
+    judge = teach_replies(build_tiny_model(tmp_path / "base"), tmp_path / "judge", chats, steps=150)
+    auxiliary = f"[{{model_path: {judge}, max_prompt_tokens: 256, max_response_tokens: 8, max_model_len: 512}}]"
+    code, output, rows = trinity_run(tmp_path, GUIDE_JUDGE, "judged_workflow", "--set", "cluster.gpu_per_node=3",
+                                     "--set", "cluster.cpus_per_bundle=0.5",
+                                     "--set", f"explorer.auxiliary_models={auxiliary}",
+                                     "--set", "algorithm.repeat_times=4")
+    assert code == 0, output[-3000:]
+    train = [r["metrics"] for r in rows if r["phase"] == "train"]
+    assert len(train) == 2 and all(m["rows"] == 32 for m in train)  # 8 tasks x 4 runs, one reply each
+    explore = [r["metrics"] for r in rows if r["phase"] == "explore"]
+    assert all(m["reward/mean"] == 0.5 for m in explore)  # every reward is the judge's score

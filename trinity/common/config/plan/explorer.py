@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass, field
 
 from trinity.common.config.loader import ConfigError
@@ -253,7 +255,8 @@ def resolve_explorer(config: Config, model: ModelPlan) -> ExplorerPlan:
         if name in names:
             raise ConfigError(f"{where}.name: {name!r} is used twice; give each auxiliary model its own name")
         names.add(name)
-        auxiliary.append(_engine(spec, model, name=name, model_path=spec.model_path or "", where=where,
+        served = dataclasses.replace(spec, enable_openai_api=True)  # as upstream: workflows get OpenAI clients
+        auxiliary.append(_engine(served, model, name=name, model_path=spec.model_path or "", where=where,
                                  step_rows=step_rows))
     if explorer.max_repeat_times_per_runner is not None and explorer.max_repeat_times_per_runner < 1:
         raise ConfigError("explorer.max_repeat_times_per_runner: must be at least 1 (or unset)")
