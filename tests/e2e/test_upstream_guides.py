@@ -7,6 +7,8 @@ examples/quickstart/cpu.yaml --plugin-dir DIR`` in a subprocess for two
 steps: real Ray, the tiny model, the FSDP2 trainer, online sync.
 """
 
+# ruff: noqa: E501 - the guides' code is quoted as written
+
 from __future__ import annotations
 
 import json
