@@ -118,8 +118,8 @@ def test_bad_arguments_are_rejected() -> None:
         TaskScheduler([], 2)
     with pytest.raises(ValueError, match="batch_size"):
         TaskScheduler([1], 0)
-    with pytest.raises(ValueError, match="selector must be sequential, shuffle or random"):
-        TaskScheduler([1], 1, selector="difficulty_based")
+    with pytest.raises(ValueError, match="selector must be sequential, shuffle, random or a registered selector"):
+        TaskScheduler([1], 1, selector="difficulty")
 
 
 def test_for_training_reads_the_configured_task_set(tmp_path: Path) -> None:

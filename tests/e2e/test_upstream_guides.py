@@ -291,3 +291,23 @@ def test_the_workflow_guides_llm_judge_example_trains_two_steps(tmp_path: Path) 
     assert len(train) == 2 and all(m["rows"] == 32 for m in train)  # 8 tasks x 4 runs, one reply each
     explore = [r["metrics"] for r in rows if r["phase"] == "explore"]
     assert all(m["reward/mean"] == 0.5 for m in explore)  # every reward is the judge's score
+
+
+def test_a_difficulty_based_run_feeds_its_selector_and_checkpoints_it(tmp_path: Path) -> None:
+    """BOTS' selector on the quickstart's tasks, with two made-up reference pass rates per task."""
+    source = REPO / "examples" / "quickstart" / "tasks" / "train.jsonl"
+    tasks = tmp_path / "tasks.jsonl"
+    rows = [json.loads(line) for line in source.read_text().splitlines()]
+    tasks.write_text("".join(json.dumps({**row, "weak": (i % 8) / 10, "strong": (i % 8) / 10 + 0.2}) + "\n"
+                             for i, row in enumerate(rows)))
+    selector = "{selector_type: difficulty_based, feature_keys: [weak, strong], kwargs: {target_reward: 0.5, tau: 0.5}}"
+    code, output, metric_rows = run_with_plugins(
+        tmp_path, tmp_path, "--set", f"buffer.explorer_input.taskset.path={tasks}",
+        "--set", f"buffer.explorer_input.taskset.data_selector={selector}", "--set", "trainer.save_interval=2")
+    assert code == 0, output[-3000:]
+    assert len([r for r in metric_rows if r["phase"] == "train"]) == 2
+    states = list((tmp_path / "ckpt" / "quickstart" / "toy-repeat-grpo").rglob("*.json"))
+    saved = [json.loads(p.read_text()) for p in states if '"picker"' in p.read_text()]
+    assert saved, [str(p) for p in states]
+    picker = json.dumps(saved[-1])
+    assert '"ability"' in picker and '"ability": null' not in picker  # the explored steps' pass rates were fed

@@ -43,6 +43,7 @@ class Parts:
         self.stats: dict[str, float] = {}
         self.batch_size = 1
         self.position = SimpleNamespace(step=0)
+        self.fed: list[int] = []  # experiences each step told the task selector about
 
     # tasks
     def next_batch_with_epochs(self) -> list[int] | None:
@@ -53,6 +54,9 @@ class Parts:
 
     def state_dict(self) -> dict[str, int]:
         return {"step": self.position.step}
+
+    def feedback(self, experiences: list[Any]) -> None:
+        self.fed.append(len(experiences))
 
     # scheduler
     def run(self, tasks: list[int], **options: Any) -> Any:
@@ -69,6 +73,12 @@ class Parts:
     def write_step(self, experiences: list[Any], *, batch: int, dropped_groups: int) -> list[Any]:
         self.stored.extend(experiences)
         return experiences
+
+    def step_metrics(self) -> dict[str, float]:
+        return {}
+
+    def operator_dropped(self) -> int:
+        return 0
 
     # strategy
     def sample(self, *, trainer_version: int, timeout: Any, groups: int) -> list[Any]:
@@ -147,6 +157,7 @@ def test_offset_zero_alternates_strictly(monkeypatch: pytest.MonkeyPatch) -> Non
     _loop(parts, monkeypatch).run(resumed=False)
     assert parts.events == [("explore", 1, 0), ("train", 1, 0), ("sync", 1, 1), ("explore", 2, 1), ("train", 2, 1),
                             ("sync", 2, 2), ("explore", 3, 2), ("train", 3, 2), ("sync", 3, 3), ("save", 3, -1)]
+    assert len(parts.fed) == 3 and all(parts.fed)  # each step's experiences reached the task selector
 
 
 def test_offset_one_never_rolls_out_on_weights_older_than_one_step(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,6 +10,13 @@ continues with exactly the next batch, none lost or repeated.
 The run ends after ``total_epochs`` passes, or, when ``total_steps`` is set,
 after ``total_steps`` batches however many epochs that takes (``total_steps``
 then overrides ``total_epochs``).
+
+A task set may name a *selector* class instead of a read order
+(:mod:`trinity.buffer.selector`: ``difficulty_based``, ``offline_easy2hard``,
+users' own): each batch is then the tasks it picks, an epoch is
+``len(tasks) // batch_size`` batches (as upstream counts it), it learns from
+:meth:`TaskScheduler.feedback` after each step, and its state travels in
+:meth:`TaskScheduler.state_dict`.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Generic, TypeVar
 
-from trinity.buffer.errors import TaskPositionError
+from trinity.buffer.errors import TaskFileError, TaskPositionError
 from trinity.buffer.task_files import TaskRecord, load_tasks
 from trinity.common.config.plan.data import BufferPlan
 
@@ -67,15 +74,25 @@ class TaskScheduler(Generic[T]):
         selector: str = "sequential",
         seed: int = 0,
         drop_last: bool = False,
+        selector_config: Any = None,
+        name: str = "",
     ) -> None:
         """Raise ValueError for no tasks, ``batch_size < 1``, negative epochs/steps or an unknown ``selector``.
 
         ``selector``: ``sequential`` (file order), ``shuffle`` (a seeded
-        permutation per epoch) or ``random`` (each epoch's order drawn with
-        replacement, seeded by the epoch).
+        permutation per epoch), ``random`` (each epoch's order drawn with
+        replacement, seeded by the epoch), or a selector class's name
+        (:data:`~trinity.buffer.selector.SELECTORS`), built with the task
+        records and ``selector_config`` (the ``data_selector`` section). ``name``
+        is the task set's, as experiences name it (for :meth:`feedback`).
         """
-        if selector not in ("sequential", "shuffle", "random"):
-            raise ValueError(f"selector must be sequential, shuffle or random, got {selector!r}")
+        from trinity.buffer.selector import NATIVE_ORDERS, SELECTORS, DataSource
+
+        self.picker: Any = None
+        if selector not in NATIVE_ORDERS:
+            if selector_config is None or selector not in SELECTORS:
+                raise ValueError(f"selector must be sequential, shuffle, random or a registered selector, "
+                                 f"got {selector!r}")
         if not tasks:
             raise ValueError("a task scheduler needs at least one task")
         if batch_size < 1:
@@ -89,9 +106,13 @@ class TaskScheduler(Generic[T]):
         self.selector = selector
         self.seed = seed
         self.drop_last = drop_last
+        self.name = name
         self._position = TaskPosition()
         self._order_epoch = -1
         self._order: list[int] = []
+        if selector not in NATIVE_ORDERS:
+            records = [dict(t["raw"]) for t in tasks]  # type: ignore[index]  # task records: the selector reads raw
+            self.picker = SELECTORS.get(selector)(DataSource(records, name or "the task set"), selector_config)
 
     @classmethod
     def for_training(cls, buffer: BufferPlan) -> TaskScheduler[TaskRecord]:
@@ -102,14 +123,21 @@ class TaskScheduler(Generic[T]):
         taskset = buffer.train_taskset
         if taskset is None:
             raise ValueError("this run has no training task set")
-        return TaskScheduler(
-            load_tasks(taskset),
-            buffer.batch_size,
-            total_epochs=buffer.total_epochs,
-            total_steps=buffer.total_steps or 0,
-            selector=taskset.selector,
-            seed=taskset.seed,
-        )
+        tasks = load_tasks(taskset)
+        try:
+            return TaskScheduler(
+                tasks,
+                buffer.batch_size,
+                total_epochs=buffer.total_epochs,
+                total_steps=buffer.total_steps or 0,
+                selector=taskset.selector,
+                seed=taskset.seed,
+                selector_config=taskset.selector_config,
+                name=taskset.name,
+            )
+        except (KeyError, ValueError) as exc:
+            message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+            raise TaskFileError(f"{taskset.where}.data_selector: {message}") from None
 
     @property
     def position(self) -> TaskPosition:
@@ -117,11 +145,18 @@ class TaskScheduler(Generic[T]):
         return self._position
 
     @property
+    def steps_per_epoch(self) -> int:
+        """Batches of a selector's epoch (``len(tasks) // batch_size``, at least 1)."""
+        return max(1, len(self.tasks) // self.batch_size)
+
+    @property
     def finished(self) -> bool:
         """Whether every batch has been served."""
         pos = self._position
         if self.total_steps:
             return pos.step >= self.total_steps
+        if self.picker is not None:
+            return pos.step >= self.total_epochs * self.steps_per_epoch
         if pos.epoch >= self.total_epochs:
             return True
         # drop_last: the remaining tasks do not fill a batch
@@ -133,6 +168,8 @@ class TaskScheduler(Generic[T]):
         """Number of batches the whole run serves."""
         if self.total_steps:
             return self.total_steps
+        if self.picker is not None:
+            return self.total_epochs * self.steps_per_epoch
         tasks = self.total_epochs * len(self.tasks)
         return tasks // self.batch_size if self.drop_last else math.ceil(tasks / self.batch_size)
 
@@ -160,6 +197,15 @@ class TaskScheduler(Generic[T]):
         """
         if self.finished:
             return None
+        if self.picker is not None:
+            step = self._position.step
+            epoch = step // self.steps_per_epoch
+            picked = [int(i) for i in self.picker.get_indices(self.batch_size)]
+            if any(not 0 <= i < len(self.tasks) for i in picked):
+                raise TaskPositionError(f"selector {self.selector!r} picked {picked}, outside the task set of "
+                                        f"{len(self.tasks)} tasks")
+            self._position = TaskPosition(epoch=(step + 1) // self.steps_per_epoch, index=0, step=step + 1)
+            return [(epoch, self.tasks[i]) for i in picked]
         epoch, index = self._position.epoch, self._position.index
         batch: list[tuple[int, T]] = []
         while len(batch) < self.batch_size and (self.total_steps or epoch < self.total_epochs):
@@ -177,9 +223,27 @@ class TaskScheduler(Generic[T]):
         while (batch := self.next_batch()) is not None:
             yield batch
 
+    def feedback(self, experiences: Sequence[Any]) -> None:
+        """Tell a selector how the step's tasks of this task set went: each one's pass rate (mean reward)."""
+        if self.picker is None:
+            return
+        rewards: dict[int, list[float]] = {}
+        for exp in experiences:
+            info = exp.info
+            if info.get("task_set") == self.name and exp.reward is not None and "task_index" in info:
+                rewards.setdefault(int(info["task_index"]), []).append(float(exp.reward))
+        if rewards:
+            indices = sorted(rewards)
+            self.picker.feedback(indices, [sum(rewards[i]) / len(rewards[i]) for i in indices])
+
     def state_dict(self) -> dict[str, Any]:
-        """Return what a checkpoint saves: the position and the settings that fix the task order."""
-        return {**self._position.to_dict(), "num_tasks": len(self.tasks), "selector": self.selector, "seed": self.seed}
+        """Return what a checkpoint saves: the position and the settings that fix the task order (and a
+        selector's own state)."""
+        state = {**self._position.to_dict(), "num_tasks": len(self.tasks), "selector": self.selector,
+                 "seed": self.seed}
+        if self.picker is not None:
+            state["picker"] = self.picker.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from a saved :meth:`state_dict`.
@@ -205,4 +269,9 @@ class TaskScheduler(Generic[T]):
             raise TaskPositionError(
                 f"saved task position index {position.index} is outside the task set of {len(self.tasks)} tasks"
             )
+        if self.picker is not None:
+            try:
+                self.picker.load_state_dict(dict(state.get("picker") or {}))
+            except (KeyError, ValueError) as exc:
+                raise TaskPositionError(f"cannot resume selector {self.selector!r}: {exc}") from None
         self._position = position

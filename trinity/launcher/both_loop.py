@@ -269,6 +269,8 @@ class BothLoop:
             logger.warning(
                 "step %d: no group completed (%d dropped); the step adds nothing to train on", step + 1, dropped
             )
+        self.tasks.feedback(experiences)  # a selector learns how its tasks went before it picks the next ones
+        position = self.tasks.state_dict()
         with self._store_lock:
             stored = self.pipeline.write_step(experiences, batch=step, dropped_groups=dropped)
             pipeline_metrics = self.pipeline.step_metrics()

@@ -185,6 +185,7 @@ def _explore_batches(
         # every rollout of the batch is in result: a group the pipeline still holds will never be completed,
         # so it is released with the batch, and the batch is stored in one atomic write that says it is final
         pipeline.write_step(result.experiences, batch=step, dropped_groups=dropped)
+        tasks.feedback(result.experiences)  # a selector learns how its tasks went before it picks the next ones
         metrics = explore_metrics(result, result.experiences)
         metrics["explore/model_version"] = float(loaded)
         metrics.update(pipeline.step_metrics())

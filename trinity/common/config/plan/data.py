@@ -19,7 +19,8 @@ from trinity.common.config.schema import (
 
 StorageKind = Literal["queue", "sqlite", "jsonl"]
 Schema = Literal["experience", "sft", "dpo"]
-SelectorType = Literal["sequential", "shuffle", "random"]
+#: A read order (``sequential``, ``shuffle``, ``random``) or a selector's registered name.
+SelectorType = str
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,8 @@ class TasksetPlan:
     is_eval: bool
     #: Progress bar while loading.
     enable_progress_bar: bool = False
+    #: The ``data_selector`` section a selector class is built with (None for the read orders).
+    selector_config: Any = None
 
 
 @dataclass(frozen=True)
@@ -139,11 +142,18 @@ class BufferPlan:
     train_batch_rows: int | None = None
 
 
-def _selector(selector: DataSelectorConfig, where: str) -> tuple[SelectorType, int]:
+def _selector(selector: DataSelectorConfig, where: str, *, selectors: bool = False) -> tuple[SelectorType, int]:
     kind = selector.selector_type.strip().lower()
-    if kind not in ("sequential", "shuffle", "random"):
-        raise ConfigError(f"{where}.data_selector.selector_type: {kind!r} is not one of sequential, shuffle, random")
-    return kind, selector.seed  # type: ignore[return-value]
+    if kind in ("sequential", "shuffle", "random"):
+        return kind, selector.seed
+    if selectors:
+        from trinity.buffer.selector import SELECTORS
+
+        if kind in SELECTORS:
+            return kind, selector.seed
+        known = ", ".join(["sequential", "shuffle", "random", *SELECTORS.names()])
+        raise ConfigError(f"{where}.data_selector.selector_type: {kind!r} is not one of {known}")
+    raise ConfigError(f"{where}.data_selector.selector_type: {kind!r} is not one of sequential, shuffle, random")
 
 
 def _sampling(config: Config, taskset: TasksetConfig, response_tokens: int) -> dict[str, Any]:
@@ -179,7 +189,7 @@ def resolve_taskset(config: Config, taskset: TasksetConfig, where: str, index: i
         )
     reward = taskset.default_reward_fn_type or explorer_input.default_reward_fn_type
     selector_config = taskset.data_selector if taskset.task_selector is None else taskset.task_selector
-    selector, seed = _selector(selector_config, where)
+    selector, seed = _selector(selector_config, where, selectors=not is_eval)
     sampling = _sampling(config, taskset, response_tokens)
     if sampling["logprobs"] and sampling["logprobs"] > 0:
         raise ConfigError(
@@ -203,6 +213,7 @@ def resolve_taskset(config: Config, taskset: TasksetConfig, where: str, index: i
         seed=seed,
         is_eval=is_eval,
         enable_progress_bar=taskset.enable_progress_bar,
+        selector_config=selector_config if selector not in ("sequential", "shuffle", "random") else None,
     )
 
 

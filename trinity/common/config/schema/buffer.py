@@ -77,19 +77,14 @@ class GenerationConfig:
 class DataSelectorConfig:
     """In which order a task set is read."""
 
-    #: ``sequential`` (file order), ``shuffle`` (a new permutation each epoch) or ``random`` (with replacement).
-    selector_type: str = refused_values(
-        "sequential",
-        {
-            "difficulty_based": "the difficulty-based selector is not supported; use sequential, shuffle or random",
-            "offline_easy2hard": "the easy-to-hard selector is not supported; use sequential, shuffle or random",
-        },
-    )
+    #: ``sequential`` (file order), ``shuffle`` (a new permutation each epoch), ``random`` (with replacement),
+    #: or a selector: ``offline_easy2hard``, ``difficulty_based`` (BOTS) or a plugin's (trinity.buffer.selector).
+    selector_type: str = "sequential"
     #: Seed of ``shuffle`` / ``random``.
     seed: int = 42
-    #: Feature keys of the difficulty selectors (upstream).
+    #: Columns of the task set a selector reads (``difficulty_based``: two reference pass rates).
     feature_keys: list[str] = field(default_factory=list)
-    #: Arguments of the difficulty selectors (upstream).
+    #: The selector's arguments (``difficulty_based``: m, lamb, rho, target_reward, tau, do_sample, adaptive_rho).
     kwargs: dict[str, Any] = field(default_factory=dict)
 
 
