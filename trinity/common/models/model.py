@@ -54,6 +54,8 @@ class ModelWrapper:
             raise TypeError(f"ModelWrapper: unsupported sampling argument(s) {unknown}; the engines take "
                             f"{sorted(_SAMPLING_KEYS)}")
         chosen = {k: v for k, v in kwargs.items() if k in _SAMPLING_KEYS and v is not None}
+        if chosen.get("top_k", 0) < 0:  # upstream's "off" is -1, the engines' is 0
+            chosen["top_k"] = 0
         if "stop" in chosen:
             chosen["stop"] = (chosen["stop"],) if isinstance(chosen["stop"], str) else tuple(chosen["stop"])
         return dataclasses.replace(self.sampling, **chosen)
