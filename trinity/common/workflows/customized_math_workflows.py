@@ -35,7 +35,7 @@ class MathBoxedWorkflow(SimpleWorkflow):
         """Return the plain-text prompt of ``use_base``."""
         return base_model_prompt(self.system_prompt, str(self.task_desc))
 
-    def run(self) -> list[Experience]:
+    def run(self) -> list[Experience]:  # type: ignore[override]  # upstream's shape: run(self)
         """Ask (chat, or plain text with ``use_base``) and reward each reply with ``math_boxed_reward``."""
         if self.use_base:
             replies = self.model.generate([self.format_prompt()], **self.rollout_args)

@@ -22,7 +22,7 @@ these are for subclassing.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, cast
 
 from trinity.common.experience import Experience
 from trinity.common.workflows.base import Task, Workflow, WorkflowError
@@ -62,19 +62,19 @@ class BaseSimpleWorkflow(Workflow):
         if not isinstance(reward, type):
             raise WorkflowError(f"{type(self).__name__} needs a reward function: set the task set's "
                                 "default_reward_fn_type (or reward_fn)")
-        self.reward_fn = reward(**self.reward_fn_args)
+        self.reward_fn: Any = reward(**self.reward_fn_args)
 
     def set_repeat_times(self, repeat_times: int, run_id_base: int) -> None:
         """Make all ``repeat_times`` replies in one ``run``, numbered from ``run_id_base``."""
         self.repeat_times = repeat_times
         self.run_id_base = run_id_base
-        if self.task.rollout_args is not None:
+        if self.task is not None and self.task.rollout_args is not None:
             self.task.rollout_args.n = repeat_times
 
     @property
     def rollout_args(self) -> dict[str, Any]:
         """The task's generation settings as keyword arguments of ``self.model.chat``."""
-        args = self.task.rollout_args
+        args = self.task.rollout_args if self.task is not None else None
         return dataclasses.asdict(args) if dataclasses.is_dataclass(args) and not isinstance(args, type) else {}
 
     def format_messages(self) -> list[dict[str, str]]:
@@ -99,7 +99,7 @@ class BaseSimpleWorkflow(Workflow):
 class SimpleWorkflow(BaseSimpleWorkflow):
     """One question, ``n`` rewarded replies (upstream's ``simple_workflow`` shape)."""
 
-    def run(self) -> list[Experience]:
+    def run(self) -> list[Experience]:  # type: ignore[override]  # upstream's shape: run(self)
         """Chat the replies and reward each."""
         return self.score(self.model.chat(self.format_messages(), **self.rollout_args))
 
@@ -124,7 +124,8 @@ class MathWorkflow(SimpleWorkflow):
         math_reward = reward_class("math_reward")
         if task.reward_fn is None:
             task.reward_fn = math_reward  # type: ignore[assignment]
-        if task.reward_fn is math_reward and task.format_args is not None and task.format_args.system_prompt is None:
+        asks_math = cast(Any, task.reward_fn) is math_reward
+        if asks_math and task.format_args is not None and task.format_args.system_prompt is None:
             task.format_args = dataclasses.replace(task.format_args, system_prompt=R1_SYSTEM_PROMPT)
         super().reset(task)
 
