@@ -195,6 +195,8 @@ def test_the_algorithm_guides_opmd_trains_two_steps(tmp_path: Path) -> None:
     train = [r["metrics"] for r in rows if r["phase"] == "train"]
     assert len(train) == 2 and all(m["rows"] == 128 for m in train)
     assert all("opmd_loss" in m for m in train)  # the guide's loss class computed the loss
+    explore = [r["metrics"] for r in rows if r["phase"] == "explore"]
+    assert all("pipeline/guide_opmd/group_advantages/group_baseline/mean" in m for m in explore)  # its metrics
 
 
 def test_the_operator_guides_reward_filter_runs_in_a_training_run(tmp_path: Path) -> None:
