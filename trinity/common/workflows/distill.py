@@ -36,13 +36,7 @@ class OnPolicyDistillWorkflow(SingleTurnWorkflow):
 
     def teacher(self) -> RolloutModel:
         """Return the teacher: the first auxiliary model; raises WorkflowError when there is none."""
-        if not self.auxiliary_models:
-            raise WorkflowError(
-                f"{type(self).__name__} needs a teacher model: add one under explorer.auxiliary_models "
-                "(the first is the teacher)"
-            )
-        teacher: RolloutModel = self.auxiliary_models[0]
-        return teacher
+        return self.first_auxiliary("teacher")
 
     def reward(self, task: Task, completion: Completion) -> tuple[float, dict[str, float]]:
         """Return reward 0: the teacher's log-probs, not a reward, drive the update."""

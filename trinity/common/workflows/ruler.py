@@ -106,13 +106,7 @@ class MathRulerWorkflow(R1MathWorkflow):
 
     def judge(self, engine: RolloutModel) -> RolloutModel:
         """Return the judge: the first auxiliary model; raises WorkflowError when there is none."""
-        if not self.auxiliary_models:
-            raise WorkflowError(
-                f"{type(self).__name__} needs a judge model: add one under explorer.auxiliary_models "
-                "(the first is the judge)"
-            )
-        judge: RolloutModel = self.auxiliary_models[0]
-        return judge
+        return self.first_auxiliary("judge")
 
     def judge_params(self, n: int) -> SamplingParams:
         """Return the judge's sampling: ``n`` judgements of ``judge_max_tokens`` at ``judge_temperature``."""

@@ -83,6 +83,17 @@ def metrics_of(parts: Mapping[str, float]) -> dict[str, float]:
 class SingleTurnWorkflow(Workflow):
     """Ask once, sample ``repeat_times`` replies, reward each; subclasses set :meth:`messages` and :meth:`reward`."""
 
+    def first_auxiliary(self, role: str) -> RolloutModel:
+        """Return the first auxiliary model, which this workflow uses as its ``role`` (judge, teacher); raises
+        WorkflowError when the run has none."""
+        if not self.auxiliary_models:
+            raise WorkflowError(
+                f"{type(self).__name__} needs a {role} model: add one under explorer.auxiliary_models "
+                f"(the first is the {role})"
+            )
+        model: RolloutModel = self.auxiliary_models[0]
+        return model
+
     def system_prompt(self, task: Task) -> str | None:
         """Return the system prompt of ``task``: the task set's (``format.system_prompt[_key]``), or None."""
         return task.system_prompt
