@@ -44,6 +44,7 @@ class Parts:
         self.batch_size = 1
         self.position = SimpleNamespace(step=0)
         self.fed: list[int] = []  # experiences each step told the task selector about
+        self.flat = 0  # experiences the group filter dropped (the pipeline's count)
 
     # tasks
     def next_batch_with_epochs(self) -> list[int] | None:
@@ -79,6 +80,9 @@ class Parts:
 
     def operator_dropped(self) -> int:
         return 0
+
+    def group_filter_dropped(self) -> int:
+        return self.flat
 
     # strategy
     def sample(self, *, trainer_version: int, timeout: Any, groups: int) -> list[Any]:
@@ -436,7 +440,9 @@ def test_a_fresh_run_that_trains_no_step_fails_instead_of_ending_well(monkeypatc
     from trinity.launcher.steps import NothingTrainedError
 
     parts = Parts(3, all_fail_at=(1, 2, 3))  # every batch's groups dropped: every training batch skipped
+    parts.flat = 12
     with pytest.raises(NothingTrainedError, match=r"the run trained no step from its 3 batch\(es\): 0 group\(s\) "
-                                                  r"stored, 3 training batch\(es\) skipped"):
+                                                  r"stored, 3 training batch\(es\) skipped.*, 12 experience\(s\) "
+                                                  r"dropped in groups whose rewards did not spread"):
         _loop(parts, monkeypatch).run(resumed=False)
     assert not [e for e in parts.events if e[0] == "train"]

@@ -360,6 +360,10 @@ class ExperiencePipeline:
         """Return how many experiences the experience operators dropped so far."""
         return sum(p.dropped for p in self.processors if isinstance(p, Operators))
 
+    def group_filter_dropped(self) -> int:
+        """Return how many experiences the group filter dropped so far (groups whose rewards did not spread)."""
+        return sum(p.dropped for p in self.processors if isinstance(p, GroupAdvantages))
+
     def step_metrics(self) -> dict[str, float]:
         """Return what the stages reported during the last :meth:`write_step`, as ``pipeline/<name>/<metric>``."""
         return {f"pipeline/{key}": value for p in self.processors for key, value in p.metrics.items()}

@@ -520,11 +520,14 @@ class BothLoop:
         plan = self.plan
         final = self.trainer.step
         if self.started_at == 0:
-            check_trained(self.trained_here, self.explored_here, (
-                f"{self.explored_groups} group(s) stored, {self.skipped_batches} training batch(es) skipped because "
-                f"the explorer dropped every group of them, {self._dropped()} group(s) dropped as stale"
-                + (f", {filtered} experience(s) dropped by the experience operators"
-                   if (filtered := self.pipeline.operator_dropped()) else "")))
+            why = (f"{self.explored_groups} group(s) stored, {self.skipped_batches} training batch(es) skipped "
+                   f"because the explorer dropped every group of them, {self._dropped()} group(s) dropped as stale")
+            if filtered := self.pipeline.operator_dropped():
+                why += f", {filtered} experience(s) dropped by the experience operators"
+            if flat := self.pipeline.group_filter_dropped():
+                why += (f", {flat} experience(s) dropped in groups whose rewards did not spread more than "
+                        "algorithm.advantage_fn_args.std_threshold")
+            check_trained(self.trained_here, self.explored_here, why)
         interval = plan.explorer.eval_interval
         if plan.buffer.eval_tasksets and not (interval and final % interval == 0):
             if self.synced_version != final:
