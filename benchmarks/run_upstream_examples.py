@@ -63,11 +63,19 @@ def task_records(count: int = 8) -> list[dict[str, object]]:
     return rows
 
 
+def countdown_data(folder: Path) -> Path:
+    """Return the folder of the countdown task set written beside ``folder``."""
+    return folder.with_name(folder.name + "-countdown")
+
+
 def write_data(folder: Path) -> Path:
-    """Write the tiny task set as ``train`` and ``test`` splits of a folder; return the folder."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for split in ("train", "test"):
-        (folder / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in task_records()))
+    """Write the tiny task set as ``train`` and ``test`` splits of a folder (and a countdown one in the folder
+    ``<folder>-countdown``, whose answers are ``{"target", "numbers"}``); return the folder."""
+    countdown = [{**r, "answer": {"target": 2 * i, "numbers": [i, i]}} for i, r in enumerate(task_records())]
+    for where, rows in ((folder, task_records()), (countdown_data(folder), countdown)):
+        where.mkdir(parents=True, exist_ok=True)
+        for split in ("train", "test"):
+            (where / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return folder
 
 
@@ -78,7 +86,9 @@ def overrides_for(config: dict, data: Path, model: Path) -> dict[str, object]:
         sets["buffer.train_batch_size"] = 4  # experiences: 2 tasks x 2 rollouts
     explorer_input = (config.get("buffer") or {}).get("explorer_input") or {}
     if explorer_input.get("taskset") is not None:
-        sets["buffer.explorer_input.taskset.path"] = str(data)
+        reward = str(explorer_input.get("default_reward_fn_type") or "")
+        reward += str(explorer_input["taskset"].get("default_reward_fn_type") or "")
+        sets["buffer.explorer_input.taskset.path"] = str(countdown_data(data) if "countdown" in reward else data)
         sets["buffer.explorer_input.taskset.split"] = "train"
         sets["buffer.explorer_input.taskset.subset_name"] = None
     trainer_input = (config.get("buffer") or {}).get("trainer_input") or {}
@@ -86,6 +96,7 @@ def overrides_for(config: dict, data: Path, model: Path) -> dict[str, object]:
     if experience.get("storage_type") == "file":
         sets["buffer.trainer_input.experience_buffer.path"] = str(data)
         sets["buffer.trainer_input.experience_buffer.split"] = "train"
+        sets["buffer.trainer_input.experience_buffer.subset_name"] = None
     for name, dataset in (trainer_input.get("auxiliary_buffers") or {}).items():
         if isinstance(dataset, dict) and dataset.get("path"):
             sets[f"buffer.trainer_input.auxiliary_buffers.{name}.path"] = str(data)
