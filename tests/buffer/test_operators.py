@@ -150,3 +150,63 @@ def test_the_extending_guides_operator_block_runs(guide_operator: None) -> None:
     exec(compile(block, "docs/extending.md", "exec"), {"__name__": "trinity.plugins.extending_md"})
     out, metrics = run("my_reward_filter", make_group("g", 3, rewards=[0.0, 0.5, 1.0]), threshold=0.5)
     assert [e.run_id for e in out] == [1, 2] and metrics == {"my_reward_filter/filtered_count": 1.0}
+
+
+#: develop_operator.md's "Using Auxiliary Models inside Operators" (the reader's parts written out: the message, and
+#: what is kept of the judge's answer).
+GUIDE_MODEL_OPERATOR = '''
+import asyncio
+from typing import Dict, List, Tuple
+
+from trinity.buffer.operators import EXPERIENCE_OPERATORS, ExperienceOperatorV1
+from trinity.common.experience import Experience
+
+
+@EXPERIENCE_OPERATORS.register_module("operator_with_model")
+class OperatorWithModel(ExperienceOperatorV1):
+
+    async def judge_experience(self, exp: Experience) -> bool:
+        messages = [{"role": "user", "content": "Rate this answer: " + (exp.response_text or "")}]
+        response = await self.auxiliary_models["judge"][0].chat.completions.create(
+            model=self.auxiliary_models["judge"][0].model_path,
+            messages=messages,
+            max_tokens=3,
+        )
+        exp.info = {**exp.info, "judged": response.choices[0].message.content}
+        return exp
+
+    async def process(self, exps: List[Experience]) -> Tuple[List[Experience], Dict]:
+        await asyncio.gather(*(self.judge_experience(exp) for exp in exps))
+        return exps, {}
+'''
+
+
+def test_the_guides_operator_asks_the_auxiliary_models(tmp_path: Path) -> None:
+    """The judge is the tiny model's real in-process engine serving its OpenAI API over HTTP."""
+    from tests.models.test_openai_api import api_options
+    from trinity.common.models.client import EngineClient
+    from trinity.common.models.hf_engine import HFEngine
+    from trinity.common.models.tiny import build_tiny_model
+
+    folder = build_tiny_model(tmp_path / "tiny")
+    engine = HFEngine(str(folder), max_batch_size=4, torch_threads=1, max_prompt_tokens=256,
+                      openai_api=api_options(folder, history=False))
+    saved = dict(EXPERIENCE_OPERATORS._items)
+    asked: list[int] = []
+
+    def auxiliary() -> dict[str, list[Any]]:
+        asked.append(1)
+        return {"judge": [EngineClient(engine).get_openai_async_client()]}
+
+    try:
+        exec(compile(GUIDE_MODEL_OPERATOR, "develop_operator.md", "exec"), {"__name__": "trinity.plugins.guide2"})
+        stage = Operators([("operator_with_model", {})], auxiliary)
+        for step in range(2):  # the async client outlives a step: the stage keeps one event loop for the run
+            out = stage.process([make_exp(f"g{step}", run, reward=1.0) for run in range(3)])
+            assert len(out) == 3 and all(isinstance(e.info["judged"], str) for e in out)
+        assert asked == [1]  # the clients are made once
+        stage.close()
+    finally:
+        EXPERIENCE_OPERATORS._items.clear()
+        EXPERIENCE_OPERATORS._items.update(saved)
+        engine.shutdown()

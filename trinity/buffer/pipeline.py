@@ -29,12 +29,12 @@ pipeline per writer and keep a task's rollouts on one writer.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import dataclasses
 import inspect
 import logging
+import threading
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 import torch
@@ -88,8 +88,16 @@ class ExperienceProcessor(ABC):
 class Operators(ExperienceProcessor):
     """Applies the configured experience operators in order; see the module docstring."""
 
-    def __init__(self, operators: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
-        """Check and build each ``(name, args)``; raises UnknownNameError / UnknownOptionError (one line)."""
+    def __init__(self, operators: Sequence[tuple[str, Mapping[str, Any]]],
+                 auxiliary_models: Callable[[], Mapping[str, list[Any]]] | None = None) -> None:
+        """Check and build each ``(name, args)``; raises UnknownNameError / UnknownOptionError (one line).
+
+        ``auxiliary_models`` returns the run's auxiliary models as upstream's
+        operators get them, ``{name: [openai.AsyncOpenAI, ...]}``; it is called
+        once, before the first ``process`` of an ``ExperienceOperatorV1``.
+        """
+        self.auxiliary_models = auxiliary_models
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.stages: list[tuple[str, Any, dict[str, Any]]] = []
         for name, options in operators:
             entry = EXPERIENCE_OPERATORS.get(name)
@@ -109,7 +117,7 @@ class Operators(ExperienceProcessor):
         out = list(experiences)
         for name, stage, options in self.stages:
             if hasattr(stage, "process"):
-                out, metrics = run_operator(stage, out)
+                out, metrics = run_operator(stage, out, self._run, self._auxiliary)
                 for key, value in (metrics or {}).items():
                     if isinstance(value, (int, float)) and not isinstance(value, bool):
                         self.metrics[f"{name}/{key}"] = float(value)
@@ -129,41 +137,46 @@ class Operators(ExperienceProcessor):
         info = {**exp.info, "raw_reward": exp.info.get("raw_reward", exp.reward)}
         return dataclasses.replace(exp, reward=reward, info=info)
 
+    def _auxiliary(self) -> dict[str, list[Any]]:
+        return dict(self.auxiliary_models()) if self.auxiliary_models is not None else {}
+
+    def _run(self, coroutine: Any) -> Any:
+        """Run ``coroutine`` on the stage's own event loop (one for the run, so async clients outlive a step)."""
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+            threading.Thread(target=self._loop.run_forever, name="experience-operators", daemon=True).start()
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
     def close(self) -> None:
-        """Close every operator that holds something."""
+        """Close every operator that holds something, then the stage's event loop."""
         for _, stage, _ in self.stages:
             closing = getattr(stage, "close", None)
             if closing is not None:
                 result = closing()
                 if inspect.isawaitable(result):
-                    run_coroutine(result)
+                    self._run(result)
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._loop = None
 
 
-def run_coroutine(coroutine: Any) -> Any:
-    """Run ``coroutine`` to its end from synchronous code, in a thread of its own when a loop runs here."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coroutine)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coroutine).result()
+def run_operator(operator: Any, experiences: list[Experience], run: Callable[[Any], Any],
+                 auxiliary: Callable[[], dict[str, list[Any]]]) -> tuple[list[Experience], dict[str, Any]]:
+    """Return ``operator.process(experiences)``, a coroutine (``ExperienceOperatorV1``) awaited with ``run``.
 
-
-def run_operator(operator: Any, experiences: list[Experience]) -> tuple[list[Experience], dict[str, Any]]:
-    """Return ``operator.process(experiences)`` (a coroutine for ``ExperienceOperatorV1``, awaited here).
-
-    An ``ExperienceOperatorV1`` is prepared (``set_auxiliary_model``, ``prepare``)
-    before its first call. Raises TypeError (one line) when it does not return ``(experiences, metrics)``.
+    An ``ExperienceOperatorV1`` is prepared before its first call: given the
+    run's auxiliary models (``set_auxiliary_model(auxiliary())``), then its
+    ``prepare()``. Raises TypeError (one line) when it does not return ``(experiences, metrics)``.
     """
     if not getattr(operator, "_trinity_prepared", False):
+        if hasattr(operator, "set_auxiliary_model"):
+            operator.set_auxiliary_model(auxiliary())
         if hasattr(operator, "prepare") and inspect.iscoroutinefunction(operator.prepare):
-            if not hasattr(operator, "auxiliary_models") and hasattr(operator, "set_auxiliary_model"):
-                operator.set_auxiliary_model({})
-            run_coroutine(operator.prepare())
+            run(operator.prepare())
         operator._trinity_prepared = True
     result = operator.process(experiences)
     if inspect.isawaitable(result):
-        result = run_coroutine(result)
+        result = run(result)
     if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], list)):
         raise TypeError(f"experience operator {type(operator).__name__}.process must return (list of experiences, "
                         f"metrics dict), got {type(result).__name__}")
@@ -396,8 +409,9 @@ def build_pipeline(
     pad_token_id: int = 0,
     storage: ExperienceStorage | None = None,
     group_filter: Any = None,
+    auxiliary_models: Callable[[], Mapping[str, list[Any]]] | None = None,
 ) -> ExperiencePipeline:
-    """Return the pipeline for a run.
+    """Return the pipeline for a run (``auxiliary_models``: see :class:`Operators`).
 
     ``reward_shaping`` is a list of ``{"name": <shaper>, "args": {...}}``
     (applied in order). ``advantage_fn``, when set, adds group advantages
@@ -416,7 +430,7 @@ def build_pipeline(
                     f"(operators: {', '.join(EXPERIENCE_OPERATORS.names())})"
                 )
             specs.append((str(entry["name"]), entry.get("args", {})))
-        processors.append(Operators(specs))
+        processors.append(Operators(specs, auxiliary_models))
     if advantage_fn:
         processors.append(GroupAdvantages(advantage_fn, advantage_options, group_size=group_size,
                                           pad_token_id=pad_token_id, group_filter=group_filter))
@@ -429,6 +443,7 @@ def pipeline_for_plan(
     pad_token_id: int = 0,
     storage: ExperienceStorage | None = None,
     recorder: ExperienceStorage | None = None,
+    auxiliary_models: Callable[[], Mapping[str, list[Any]]] | None = None,
 ) -> ExperiencePipeline:
     """Return the pipeline of a run (a ``RunPlan``): its operators, then group advantages when the buffer computes them.
 
@@ -448,6 +463,7 @@ def pipeline_for_plan(
         pad_token_id=pad_token_id,
         storage=storage,
         group_filter=getattr(training, "group_filter", None) if name else None,
+        auxiliary_models=auxiliary_models,
     )
     pipeline.recorder = recorder
     return pipeline

@@ -103,7 +103,7 @@ def run_both(session: Session) -> None:
         # the explorer and the trainer are threads of this process: the queue needs no actor in between
         storage = make_storage(plan.buffer.experience, run_dir=session.run_dir, in_process=True)
         stack.callback(storage.close)
-        pipeline = pipeline_for(session, storage, trainer.pad_token_id, recorder_for(session))
+        pipeline = pipeline_for(session, storage, trainer.pad_token_id, recorder_for(session), engines)
         stack.callback(pipeline.close)
         stack.callback(pipeline.finish)
         strategy = strategy_for(session, storage)

@@ -109,7 +109,7 @@ def _explore(session: Session, tasks: Any, storage: Any, state_file: Path) -> No
         stack.callback(placement.remove)
         engines = start_engines(session, placement)
         stack.callback(engines.shutdown)
-        pipeline = pipeline_for(session, storage, pad_token_id, recorder_for(session))
+        pipeline = pipeline_for(session, storage, pad_token_id, recorder_for(session), engines)
         stack.callback(pipeline.close)
         scheduler = scheduler_for(session, engines)
         monitor = monitor_for(session, session.plan.buffer.total_steps)

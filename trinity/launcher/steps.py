@@ -102,11 +102,21 @@ def recorder_for(session: Session) -> Any:
     return make_storage(StoragePlan("sqlite", "explorer_output", path, 0, 0.0), run_dir=session.run_dir)
 
 
-def pipeline_for(session: Session, storage: Any, pad_token_id: int, recorder: Any = None) -> Any:
-    """Return the experience pipeline of the run, writing to ``storage``."""
+def pipeline_for(session: Session, storage: Any, pad_token_id: int, recorder: Any = None,
+                 engines: EngineSet | None = None) -> Any:
+    """Return the experience pipeline of the run, writing to ``storage``; its operators reach the auxiliary
+    models of ``engines`` through async OpenAI clients (upstream's ``self.auxiliary_models``)."""
     from trinity.buffer import pipeline_for_plan
 
-    return pipeline_for_plan(session.plan, pad_token_id=pad_token_id, storage=storage, recorder=recorder)
+    def auxiliary_models() -> dict[str, list[Any]]:
+        from trinity.common.models.client import EngineClient
+
+        groups = engines.auxiliary if engines is not None else {}
+        return {name: [EngineClient(e, index=i).get_openai_async_client() for i, e in enumerate(group)]
+                for name, group in groups.items()}
+
+    return pipeline_for_plan(session.plan, pad_token_id=pad_token_id, storage=storage, recorder=recorder,
+                             auxiliary_models=auxiliary_models)
 
 
 def strategy_for(session: Session, storage: Any, *, count_dropped: bool = False) -> Any:
