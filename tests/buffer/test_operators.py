@@ -210,3 +210,18 @@ def test_the_guides_operator_asks_the_auxiliary_models(tmp_path: Path) -> None:
         EXPERIENCE_OPERATORS._items.clear()
         EXPERIENCE_OPERATORS._items.update(saved)
         engine.shutdown()
+
+
+def test_the_dry_run_lists_the_operators(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from trinity.cli.main import main
+
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.setenv("TRINITY_CHECKPOINT_ROOT_DIR", str(tmp_path))
+    monkeypatch.setenv("TRINITY_TASKSET_PATH", str(root / "examples" / "quickstart" / "tasks" / "train.jsonl"))
+    operators = "[{name: reward_filter, args: {threshold: 0.1}}, {name: pass_rate_calculator}]"
+    assert main(["run", "--config", str(root / "examples" / "quickstart" / "cpu.yaml"), "--dry-run",
+                 "--set", "buffer.explorer_input.eval_tasksets=[]",
+                 "--set", f"data_processor.experience_pipeline.operators={operators}"]) == 0
+    assert "experience operators, in order: reward_filter (threshold 0.1), pass_rate_calculator" in \
+        capsys.readouterr().out

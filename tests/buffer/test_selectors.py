@@ -167,3 +167,23 @@ def test_selectors_are_named_in_the_config(tmp_path: Path) -> None:
                                                               "feature_keys": ["hardness"]}
     with pytest.raises(TaskFileError, match=r"data_selector: .*record 0 has no 'hardness'"):
         TaskScheduler.for_training(make_plan(section).buffer)
+
+
+def test_the_dry_run_builds_the_selector(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from trinity.cli.main import main
+
+    data = tmp_path / "tasks.jsonl"
+    data.write_text("".join(f'{{"question": "q{i}", "answer": "a", "weak": {w}, "strong": {s}}}\n'
+                            for i, (w, s) in enumerate(zip(WEAK, STRONG, strict=True))))
+    monkeypatch.setenv("TRINITY_CHECKPOINT_ROOT_DIR", str(tmp_path / "ckpt"))
+    quickstart = Path(__file__).resolve().parents[2] / "examples" / "quickstart" / "cpu.yaml"
+    base = ["run", "--config", str(quickstart), "--dry-run", "--set", "buffer.explorer_input.eval_tasksets=[]",
+            "--set", f"buffer.explorer_input.taskset.path={data}"]
+    good = "{selector_type: difficulty_based, feature_keys: [weak, strong]}"
+    assert main([*base, "--set", f"buffer.explorer_input.taskset.data_selector={good}"]) == 0
+    assert "user code     selector difficulty_based" in capsys.readouterr().out
+    bad = "{selector_type: difficulty_based, feature_keys: [weak, question]}"
+    assert main([*base, "--set", f"buffer.explorer_input.taskset.data_selector={bad}"]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "feature_keys ['weak', 'question'] must be numeric columns" in error[0]

@@ -24,6 +24,21 @@ def _backend(plan: Any, device_name: str | None) -> tuple[Any, str]:
                                "cluster the cluster's resources decide)")
 
 
+def _check_selector(plan: Any) -> list[str]:
+    """Build the training task set's selector as the run will (it reads the task set's columns); return what was
+    checked. Raises TaskFileError (one line) for a column it cannot read; a task set not on this machine is left
+    to the run."""
+    from pathlib import Path
+
+    taskset = plan.buffer.train_taskset
+    if taskset is None or taskset.selector_config is None or not Path(taskset.path).expanduser().exists():
+        return []
+    from trinity.buffer.task_scheduler import TaskScheduler
+
+    TaskScheduler.for_training(plan.buffer)
+    return [f"selector {taskset.selector}"]
+
+
 def dry_run(config_path: str, overrides: dict[str, Any], device_name: str | None) -> int:
     """Print the plan of ``config_path`` (every stage of a multi-stage config); return 0. Raises ConfigError."""
     from trinity.cli.plan_view import render_plan
@@ -51,6 +66,7 @@ def dry_run(config_path: str, overrides: dict[str, Any], device_name: str | None
             warnings.append("model.model_path: this stage starts from the previous stage's final model")
         precision = resolve_precision(plan, backend)
         checked = check_user_classes(plan)  # a user's classes, built as the run will build them (not called)
+        checked += _check_selector(plan)
         report = render_plan(plan, layout, backend_line, warnings, config_path, precision=precision)
         if checked:
             report += f"\n  user code     {', '.join(checked)}: the framework can build them"

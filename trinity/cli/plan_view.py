@@ -107,6 +107,10 @@ def render_plan(plan: RunPlan, layout: Layout, backend_line: str, warnings: Sequ
     if buffer.experience is not None:
         batches.append(f"experiences: {buffer.experience.kind} {buffer.experience.name!r}, sampled by "
                        f"{buffer.sample_strategy}")
+    if buffer.operators:
+        batches.append("experience operators, in order: " + ", ".join(
+            op.name + (f" ({', '.join(f'{k} {v}' for k, v in op.args.items())})" if op.args else "")
+            for op in buffer.operators))
     if buffer.record_path:
         batches.append(f"explored experiences recorded in {buffer.record_path}")
     lines += _section("buffer", batches)
