@@ -36,7 +36,7 @@ LOSS_TENSORS: Mapping[str, str] = {
 LOSS_READS: Mapping[str, str] = {"old_logprob": "old_logprobs", "advantages": "advantages",
                                  "ref_logprob": "ref_logprobs", "expert_mask": "expert_mask"}
 
-_instances: dict[tuple[int, str], Any] = {}
+_instances: dict[tuple[type, str], Any] = {}
 _lock = threading.Lock()
 
 
@@ -92,7 +92,7 @@ def check_class_options(kind: str, name: str, cls: type, options: Mapping[str, A
 
 def build(cls: type, options: Mapping[str, Any], *, backend: str | None = None) -> Any:
     """Return ``cls`` built with ``options`` (and ``backend`` when its constructor takes one), cached per options."""
-    key = (id(cls), repr(sorted(dict(options).items())))
+    key = (cls, repr(sorted(dict(options).items())))  # the class itself: an id could be reused by a later class
     with _lock:
         instance = _instances.get(key)
         if instance is None:

@@ -27,6 +27,9 @@ from trinity.device.types import CollectiveGroup
 HOOK_NAME = "trinity_stateless_process_group"
 #: Collectives :func:`default_stateless_group` can build.
 PUBLIC_ROUTES = ("gloo", "nccl")
+#: Upstream Trinity-RFT's spelling of online weight sync (its default ``synchronizer.sync_method``): a config
+#: word, not a device choice; the collective is always the selected backend's.
+UPSTREAM_ONLINE_SYNC_METHOD = PUBLIC_ROUTES[1]
 
 
 def gloo_group(store: Any, rank: int, world_size: int, timeout: datetime.timedelta) -> CollectiveGroup:

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from trinity.common.config.loader import ConfigError
 from trinity.common.config.plan.run import RunPlan
 from trinity.common.config.precision import resolve_precision
-from trinity.common.config.schema.run import UPSTREAM_ONLINE_SYNC_METHOD
 from trinity.common.constants import SyncMethod, SyncMethodError
 from trinity.device.backend import Backend
+from trinity.device.collectives import UPSTREAM_ONLINE_SYNC_METHOD
 
 
 @dataclass(frozen=True)

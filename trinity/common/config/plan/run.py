@@ -33,8 +33,8 @@ from trinity.common.config.plan.explorer import ExplorerPlan, auxiliary_overlong
 from trinity.common.config.plan.model import ModelPlan, resolve_model
 from trinity.common.config.plan.trainer import TrainerPlan, resolve_trainer
 from trinity.common.config.schema import AlgorithmConfig, Config
-from trinity.common.config.schema.run import UPSTREAM_ONLINE_SYNC_METHOD
 from trinity.common.config.verl_keys import VerlKeyError, VerlSettings, read_trainer_config
+from trinity.device.collectives import UPSTREAM_ONLINE_SYNC_METHOD
 
 
 @dataclass(frozen=True)

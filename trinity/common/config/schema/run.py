@@ -11,6 +11,7 @@ from trinity.common.config.schema.explorer import ExplorerConfig
 from trinity.common.config.schema.fields import ConfigSource, inert, internal, refused, refused_factory, refused_values
 from trinity.common.config.schema.model import ModelConfig
 from trinity.common.config.schema.trainer import TrainerConfig
+from trinity.device.collectives import UPSTREAM_ONLINE_SYNC_METHOD
 
 
 @dataclass
@@ -28,10 +29,6 @@ class ClusterConfig:
     device: str = "auto"
     #: (trinity-rft) Ray CPUs (fractions allowed) reserved with each engine device and trainer rank.
     cpus_per_bundle: float = 1.0
-
-#: Upstream's spelling of online sync (its default ``sync_method``): a config name, not a device choice;
-#: the collective is always the selected backend's.
-UPSTREAM_ONLINE_SYNC_METHOD = "nccl"
 
 
 @dataclass
