@@ -84,6 +84,9 @@ class ExperienceProcessor(ABC):
         """Return the number of experiences this stage holds."""
         return 0
 
+    def close(self) -> None:  # noqa: B027 - most stages hold nothing to release
+        """Release what the stage holds, when the run ends."""
+
 
 class Operators(ExperienceProcessor):
     """Applies the configured experience operators in order; see the module docstring."""
@@ -237,10 +240,8 @@ class GroupAdvantages(ExperienceProcessor):
             with torch.no_grad():
                 computed, metrics = run_advantage(cast(type, self.fn), self.name, self.options, members)
             self.metrics.update({f"{self.name}/{key}": value for key, value in metrics.items()})
-            sizes_of: dict[str, int] = {}
-            for exp in computed:
-                sizes_of[exp.group_id] = sizes_of.get(exp.group_id, 0) + 1
-            return [dataclasses.replace(e, info={**e.info, "group_size": sizes_of[e.group_id]}) for e in computed]
+            mark_group_sizes(computed)  # a group is what the class returned of it
+            return computed
         batch = make_batch(members, self.pad_token_id)
         with torch.no_grad():
             advantages, returns = self.fn(AdvantageInputs.from_batch(batch), **self.options)
@@ -322,8 +323,7 @@ class ExperiencePipeline:
     def close(self) -> None:
         """Close the operators, then close and release the recorder (the experience storage is the launcher's)."""
         for processor in self.processors:
-            if isinstance(processor, Operators):
-                processor.close()
+            processor.close()
         if self.recorder is not None:
             try:
                 self.recorder.close()
