@@ -79,15 +79,25 @@ class Run:
         return self.process.poll()
 
 
+def _never(run: Run) -> bool:
+    return False
+
+
 @dataclass(frozen=True)
 class FaultPoint:
-    """SIGKILL ``target`` ``delay`` seconds after ``reached(run)`` first holds for the job's current run."""
+    """SIGKILL ``target`` ``delay`` seconds after ``reached(run)`` first holds for the job's current run.
+
+    The kill comes sooner when ``overtaken(run)`` holds first: the run already
+    went past the next point of its kind (a later training step), so a slow
+    harness or a fast run cannot carry the kill past the rest of the schedule.
+    """
 
     target: str
     #: The point in words (for messages).
     label: str
     reached: Callable[[Run], bool]
     delay: float
+    overtaken: Callable[[Run], bool] = _never
 
     def describe(self) -> str:
         """Return the fault point in words."""
@@ -106,7 +116,10 @@ def after_train_step(step: int, target: str, delay: float) -> FaultPoint:
     def reached(run: Run) -> bool:
         return any(int(found) >= step for found in _TRAIN_STEP.findall(run.text))
 
-    return FaultPoint(target, f"train step {step}", reached, delay)
+    def overtaken(run: Run) -> bool:
+        return any(int(found) > step for found in _TRAIN_STEP.findall(run.text))
+
+    return FaultPoint(target, f"train step {step}", reached, delay, overtaken)
 
 
 def after_explore_step(step: int, metrics: Path, target: str, delay: float) -> FaultPoint:
@@ -165,7 +178,15 @@ class Job:
     def fail(self, what: str) -> ChaosError:
         """Return the error saying ``what`` went wrong, with the job, seed, run and the run's log tail."""
         tail = self.current.text[-4000:] if self.runs else ""
-        return ChaosError(f"[{self.name}, seed {self.seed}, run {len(self.runs)}] {what}\n--- log tail ---\n{tail}")
+        history = "\n".join(self._run_summary(number, run) for number, run in enumerate(self.runs, 1))
+        head = f"[{self.name}, seed {self.seed}, run {len(self.runs)}] {what}"
+        return ChaosError(f"{head}\n--- runs ---\n{history}\n--- log tail ---\n{tail}")
+
+    @staticmethod
+    def _run_summary(number: int, run: Run) -> str:
+        steps = [int(found) for found in _TRAIN_STEP.findall(run.text)]
+        logged = f"train steps {steps[0]}..{steps[-1]} logged" if steps else "no train step logged"
+        return f"run {number}: {logged}; killed: {', '.join(run.killed) or 'nothing'}; exit {run.returncode}"
 
     def start(self) -> Run:
         """Start a run of the command in its own session and local Ray cluster, output to its own log."""
@@ -320,7 +341,7 @@ def drive(
                 if job not in armed:
                     if point.reached(job.current):
                         armed[job] = time.monotonic() + point.delay
-                elif time.monotonic() >= armed[job]:
+                elif time.monotonic() >= armed[job] or point.overtaken(job.current):
                     del armed[job]
                     job.kill(point.target)
                     points.popleft()

@@ -32,6 +32,31 @@ def test_a_train_step_point_is_reached_by_its_log_line_or_a_later_one(tmp_path: 
     assert not after_train_step(13, "driver", 0.0).reached(run)
 
 
+def test_a_train_step_point_is_overtaken_once_a_later_step_is_logged(tmp_path: Path) -> None:
+    """A run past the next step is killed at once, not after the delay: the rest of the schedule stays reachable."""
+    log = tmp_path / "run.log"
+    log.write_text("trinity: info: train step 3: 8 experiences of groups g, model versions [2]\n")
+    run = Run(log, subprocess.Popen([sys.executable, "-c", "pass"]), time.time())
+    run.process.wait()
+    assert not after_train_step(3, "driver", 5.0).overtaken(run)
+    assert after_train_step(2, "driver", 5.0).overtaken(run)
+
+
+def test_a_failure_lists_every_run_with_its_steps_and_kills(tmp_path: Path) -> None:
+    job = Job("history", tmp_path / "job.yaml", tmp_path / "logs", seed=3)
+    for number, text in enumerate(["trinity: info: train step 1: a\ntrinity: info: train step 2: b\n", ""], 1):
+        log = tmp_path / f"run{number}.log"
+        log.write_text(text)
+        run = Run(log, subprocess.Popen([sys.executable, "-c", "pass"]), time.time())
+        run.process.wait()
+        job.runs.append(run)
+    job.runs[0].killed.append("driver")
+    message = str(job.fail("the job ended 0 before its fault point"))
+    job.close()
+    assert "run 1: train steps 1..2 logged; killed: driver; exit 0" in message
+    assert "run 2: no train step logged; killed: nothing; exit 0" in message
+
+
 def test_a_failed_run_must_end_in_one_short_error_line() -> None:
     assert one_line_failure("trinity: info: x\ntrinity: error: the run stopped: its trainer rank died\n") is None
     assert "traceback" in (
