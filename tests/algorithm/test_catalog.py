@@ -76,6 +76,7 @@ def test_every_public_function_of_a_function_module_is_declared() -> None:
         "trinity.algorithm.advantages.baselines",
         "trinity.algorithm.advantages.discounted",
         "trinity.algorithm.advantages.distill",
+        "trinity.algorithm.advantages.entropy_clip",
         "trinity.algorithm.advantages.grpo",
         "trinity.algorithm.aggregation_modes",
         "trinity.algorithm.entropy_terms",

@@ -259,8 +259,6 @@ def test_names_are_checked_with_suggestions() -> None:
         plan(kl_loss_fn="k9")
     with pytest.raises(UnknownNameError, match="did you mean 'default'"):
         plan(entropy_loss_fn="defaults")
-    with pytest.raises(UnknownNameError):  # left out: they need upstream's patched verl (docs/algorithms.md)
-        plan(algorithm_type="grpo_verl", advantage_fn="clipb")
     with pytest.raises(UnknownOptionError, match="did you mean 'clip_range'"):
         plan(policy_loss_fn_args={"clip_rnage": 0.1})
     with pytest.raises(PlanError, match="repeat_times"):

@@ -44,6 +44,14 @@ def test_the_plan_fills_upstreams_defaults() -> None:
     assert plan.ray_namespace == "tests/run" and plan.run_dir.name == "run"
 
 
+def test_top_logprobs_asked_of_the_rollouts_are_noted_as_having_no_effect() -> None:
+    plan = make_plan({"buffer.explorer_input.taskset.rollout_args": {"logprobs": 20}})
+    taskset = plan.buffer.train_taskset
+    assert taskset is not None and taskset.sampling["logprobs"] == 0
+    assert any(n.startswith("buffer.explorer_input.taskset.rollout_args.logprobs: 20 has no effect here")
+               for n in plan.notes), plan.notes
+
+
 def test_eval_task_sets_take_the_eval_workflow_first() -> None:
     plan = make_plan({"buffer.explorer_input.default_eval_workflow_type": "math",
                       "buffer.explorer_input.eval_tasksets": [{"path": "e.jsonl"}, {"path": "f.jsonl", "name": "f",

@@ -313,3 +313,22 @@ def test_a_difficulty_based_run_feeds_its_selector_and_checkpoints_it(tmp_path: 
     assert saved, [str(p) for p in states]
     picker = json.dumps(saved[-1])
     assert '"ability"' in picker and '"ability": null' not in picker  # the explored steps' pass rates were fed
+
+
+@pytest.mark.parametrize("advantage", ["clipb", "clipv"])
+def test_upstreams_entropy_clip_advantages_drop_tokens_in_a_training_run(tmp_path: Path, advantage: str) -> None:
+    """``examples/entropy``'s algorithm section (grpo_verl with clipb / clipv) on the quickstart, a low ``mu``.
+
+    The trainer recomputes the entropies (and Clip_V's N) before the update;
+    some negative-advantage tokens leave the loss, no positive one does.
+    """
+    args = "{mu: 0.3}" if advantage == "clipb" else "{mu: 0.3, max_frac: 0.05}"
+    code, output, rows = run_with_plugins(
+        tmp_path, tmp_path, "--set", "algorithm.algorithm_type=grpo_verl", "--set", f"algorithm.advantage_fn={advantage}",
+        "--set", f"algorithm.advantage_fn_args={args}", "--set", "synchronizer.sync_interval=1")
+    assert code == 0, output[-3000:]
+    train = [r["metrics"] for r in rows if r["phase"] == "train"]
+    assert len(train) == 2
+    assert all(m["advantage/frac_clipped_pos"] == 0.0 for m in train)
+    assert any(m["advantage/frac_clipped_neg"] > 0.0 for m in train), train
+    assert all(0.0 < m["advantage/frac_clipped"] < 1.0 for m in train if m["advantage/frac_clipped_neg"] > 0)

@@ -30,12 +30,12 @@ from trinity.algorithm.catalog import (
 from trinity.utils.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from trinity.algorithm.advantage import AdvantageInputs, compute_advantages
+    from trinity.algorithm.advantage import AdvantageInputs, compute_advantages, compute_filtered_advantages
     from trinity.algorithm.advantage_fn import ADVANTAGE_FN, AdvantageFn, GroupAdvantage
     from trinity.algorithm.aggregation import aggregate
     from trinity.algorithm.algorithm import ALGORITHM_TYPE, AlgorithmType
     from trinity.algorithm.algorithms import AlgorithmSpec, register_algorithm
-    from trinity.algorithm.entropy import entropy_bonus, entropy_from_logits, entropy_loss
+    from trinity.algorithm.entropy import entropy_bonus, entropy_from_logits, entropy_loss, nec_from_logits
     from trinity.algorithm.entropy_loss_fn import ENTROPY_LOSS_FN, EntropyLossFn
     from trinity.algorithm.group_filter import kept_rows
     from trinity.algorithm.kl import AdaptiveKLController, compute_kl, kl_loss, kl_reward_penalty
@@ -68,6 +68,7 @@ _LAZY = {
     "UnknownOptionError": "options",
     "aggregate": "aggregation",
     "compute_advantages": "advantage",
+    "compute_filtered_advantages": "advantage",
     "compute_kl": "kl",
     "compute_policy_loss": "policy_loss",
     "discounted_returns": "returns",
@@ -82,6 +83,7 @@ _LAZY = {
     "masked_mean": "masked",
     "masked_sum": "masked",
     "masked_whiten": "masked",
+    "nec_from_logits": "entropy",
     "outcome_token_rewards": "returns",
     "register_algorithm": "algorithms",
     "token_logprobs": "logprobs",
@@ -114,6 +116,7 @@ __all__ = [
     "UnknownOptionError",
     "aggregate",
     "compute_advantages",
+    "compute_filtered_advantages",
     "compute_kl",
     "compute_policy_loss",
     "discounted_returns",
@@ -128,6 +131,7 @@ __all__ = [
     "masked_mean",
     "masked_sum",
     "masked_whiten",
+    "nec_from_logits",
     "outcome_token_rewards",
     "register_algorithm",
     "token_logprobs",

@@ -25,10 +25,10 @@ from trinity.algorithm.options import call_registered
 from trinity.algorithm.returns import outcome_token_rewards
 from trinity.common.experience import Batch
 
-__all__ = ["ADVANTAGE_FNS", "AdvantageInputs", "compute_advantages"]
+__all__ = ["ADVANTAGE_FNS", "AdvantageInputs", "TokenFilter", "compute_advantages", "compute_filtered_advantages"]
 
 _ROW_FIELDS = ("group_index", "run_index", "reward_baselines")
-_TOKEN_FIELDS = ("values", "token_level_rewards", "old_logprobs", "teacher_logprobs")
+_TOKEN_FIELDS = ("values", "token_level_rewards", "old_logprobs", "teacher_logprobs", "entropies", "nec")
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,10 @@ class AdvantageInputs:
     teacher_logprobs: torch.Tensor | None = None
     #: [B] a baseline reward per row (ReMax: the reward of the greedy rollout of the same prompt).
     reward_baselines: torch.Tensor | None = None
+    #: [B, T-1] the policy's entropy at each token before the update (recomputed by the trainer; Clip_B/Clip_V).
+    entropies: torch.Tensor | None = None
+    #: [B, T-1] Clip_V's ``N = H * sum p^2 + sum p^2 log p`` at each token before the update (trainer).
+    nec: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         if self.rewards.dim() != 1:
@@ -80,6 +84,8 @@ class AdvantageInputs:
         values: torch.Tensor | None = None,
         token_level_rewards: torch.Tensor | None = None,
         reward_baselines: torch.Tensor | None = None,
+        entropies: torch.Tensor | None = None,
+        nec: torch.Tensor | None = None,
     ) -> AdvantageInputs:
         """Return the inputs of ``batch`` (rewards, mask, groups, episodes, old and teacher log-probs) plus extras.
 
@@ -97,6 +103,8 @@ class AdvantageInputs:
             old_logprobs=batch.old_logprobs,
             teacher_logprobs=batch.teacher_logprobs,
             reward_baselines=reward_baselines,
+            entropies=entropies,
+            nec=nec,
         )
 
     @property
@@ -125,12 +133,39 @@ class AdvantageInputs:
         return masked_sum(self.token_level_rewards, self.mask, dim=-1)
 
 
-def compute_advantages(name: str, inputs: AdvantageInputs, **options: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """Return ``(advantages, returns)`` of the advantage function ``name`` called with ``options``.
+@dataclass(frozen=True)
+class TokenFilter:
+    """Tokens an advantage function takes out of the loss (Clip_B / Clip_V), with its metrics."""
 
-    Raises :class:`~trinity.common.registry.UnknownNameError` for an unknown name,
+    #: [B, T-1] True at tokens that stay in the loss; the trainer multiplies the response mask by it.
+    keep: torch.Tensor
+    #: Metric name -> value (reported under ``advantage/``).
+    metrics: dict[str, float]
+
+
+def compute_filtered_advantages(
+    name: str, inputs: AdvantageInputs, **options: Any
+) -> tuple[torch.Tensor, torch.Tensor, TokenFilter | None]:
+    """Return ``(advantages, returns, token_filter)`` of the advantage function ``name`` called with ``options``.
+
+    ``token_filter`` is None unless the function also masks tokens out of the
+    loss (it then returns a third element, a :class:`TokenFilter`). Raises
+    :class:`~trinity.common.registry.UnknownNameError` for an unknown name,
     :class:`~trinity.algorithm.options.UnknownOptionError` for an option the
     function does not take, and whatever the function raises.
     """
-    result: tuple[torch.Tensor, torch.Tensor] = call_registered(ADVANTAGE_FNS, name, inputs, **options)
-    return result
+    result = call_registered(ADVANTAGE_FNS, name, inputs, **options)
+    if len(result) == 3:
+        return result[0], result[1], result[2]
+    return result[0], result[1], None
+
+
+def compute_advantages(name: str, inputs: AdvantageInputs, **options: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return ``(advantages, returns)`` of the advantage function ``name`` called with ``options``.
+
+    A function that also masks tokens has its :class:`TokenFilter` dropped
+    here: callers that apply it use :func:`compute_filtered_advantages`.
+    Raises as that does.
+    """
+    advantages, returns, _ = compute_filtered_advantages(name, inputs, **options)
+    return advantages, returns

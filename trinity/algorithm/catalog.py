@@ -37,6 +37,8 @@ READABLE = frozenset(
         "run_index",  # which rows are steps of one episode (multi-step)
         "token_level_rewards",  # rewards per token (after any KL penalty)
         "reward_baselines",  # a per-row baseline reward (ReMax: the greedy rollout's reward)
+        "entropies",  # the policy's per-token entropy before the update (recomputed by the trainer)
+        "nec",  # Clip_V's per-token N = H * sum p^2 + sum p^2 log p before the update (recomputed by the trainer)
         "expert_mask",  # which rows are expert (SFT) data (mix algorithms)
         "global_step",  # the training step being taken (schedules)
         "pairs",  # rows come as interleaved (chosen, rejected) pairs
@@ -235,6 +237,26 @@ ADVANTAGES.declare(
         reads=frozenset({"group_index", "token_level_rewards"}),
         group_local=True,
         summary="grpo with only epsilon settable (upstream's trainer-side GRPO)",
+    ),
+)
+ADVANTAGES.declare(
+    "clipb",
+    FunctionInfo(
+        f"{_ADV}.entropy_clip:clipb_advantages",
+        options={"epsilon": 1e-6, "mu": 2.5},
+        reads=frozenset({"group_index", "token_level_rewards", "old_logprobs", "entropies"}),
+        summary="GRPO advantages; negative-advantage tokens whose p(H + log p) is far below the batch's leave the loss",
+    ),
+)
+ADVANTAGES.declare(
+    "clipv",
+    FunctionInfo(
+        f"{_ADV}.entropy_clip:clipv_advantages",
+        options={"epsilon": 1e-6, "mu": 2.0, "max_frac": 1e-4},
+        default_args={"epsilon": 1e-6, "mu": 8.5, "max_frac": 1e-4},
+        reads=frozenset({"group_index", "token_level_rewards", "old_logprobs", "entropies", "nec"}),
+        summary="GRPO advantages; negative-advantage tokens whose N - p(H + log p) is far above the batch's leave "
+        "the loss, at most max_frac of the tokens",
     ),
 )
 ADVANTAGES.declare(

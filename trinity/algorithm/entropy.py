@@ -13,7 +13,7 @@ import torch
 from trinity.algorithm.catalog import ENTROPY_LOSS_FNS
 from trinity.algorithm.options import call_registered
 
-__all__ = ["ENTROPY_LOSS_FNS", "entropy_bonus", "entropy_from_logits", "entropy_loss"]
+__all__ = ["ENTROPY_LOSS_FNS", "entropy_bonus", "entropy_from_logits", "entropy_loss", "nec_from_logits"]
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
@@ -35,6 +35,22 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     # p == 0 exactly where log p is -inf; zeroing log p there keeps 0 * -inf (NaN) out of values and gradients.
     finite_log_p = torch.where(p > 0, log_p, log_p.new_zeros(()))
     return -(p * finite_log_p).sum(dim=-1)
+
+
+def nec_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Return Clip_V's ``N = H * sum p^2 + sum p^2 log p`` of ``softmax(logits)``: ``[..., V] -> [...]`` (float32).
+
+    ``H`` is the entropy; a ``-inf`` logit adds 0. No gradient is meant to flow
+    (the trainer computes it before the update). Raises ValueError for a 0-d tensor.
+    """
+    if logits.dim() == 0:
+        raise ValueError("logits must have a vocabulary dimension")
+    log_p = torch.log_softmax(logits.float(), dim=-1)
+    p = log_p.exp()
+    finite_log_p = torch.where(p > 0, log_p, log_p.new_zeros(()))
+    squared = p * p
+    entropy = -(p * finite_log_p).sum(dim=-1)
+    return entropy * squared.sum(dim=-1) + (squared * finite_log_p).sum(dim=-1)
 
 
 def entropy_loss(

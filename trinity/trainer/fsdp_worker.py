@@ -38,6 +38,7 @@ from trinity.algorithm import (
     entropy_from_logits,
     entropy_loss,
     kl_loss,
+    nec_from_logits,
 )
 from trinity.common.config.plan.run import RunPlan
 from trinity.common.config.plan.trainer import OptimizerPlan
@@ -56,7 +57,7 @@ from trinity.trainer.models import (
     shard_model,
     torch_dtype,
 )
-from trinity.trainer.plan import TrainingPlan
+from trinity.trainer.plan import TOKEN_STATISTICS, TrainingPlan
 from trinity.utils import plugins
 from trinity.weight_transport.buckets import dtype_name
 from trinity.weight_transport.protocol import TensorMeta, WeightSyncGroupInfo
@@ -268,7 +269,8 @@ class FSDPWorker:
     @torch.no_grad()
     def prepare(self, rows: Rows, wanted: Sequence[str], cuts: Sequence[slice]) -> Rows:
         """Return ``[B, T-1]`` tensors for the shard (collective) among ``old_logprobs``, ``proximal_logprobs``
-        (both the actor's log-probs before the update), ``ref_logprobs`` and ``values``.
+        (both the actor's log-probs before the update), ``entropies`` and ``nec`` (the actor's per-token
+        entropy and Clip_V's N before the update), ``ref_logprobs`` and ``values``.
 
         ``cuts`` are the shard's micro-batches (every rank gets as many).
         """
@@ -280,10 +282,15 @@ class FSDPWorker:
             ids, mask = mb["input_ids"], mb["attention_mask"]
             length = ids.shape[1] - 1
             actor_fields = [name for name in ("old_logprobs", "proximal_logprobs") if name in out]
-            if actor_fields:
-                logprobs, _, _ = self._token_logprobs(self.actor, mb, False)
+            statistics = [name for name in TOKEN_STATISTICS if name in out]
+            if actor_fields or statistics:
+                logprobs, entropy, logits = self._token_logprobs(self.actor, mb, "entropies" in statistics)
                 for name in actor_fields:
                     out[name][where, :length] = logprobs.float().cpu()
+                if entropy is not None:
+                    out["entropies"][where, :length] = entropy.float().cpu()
+                if "nec" in statistics:
+                    out["nec"][where, :length] = self._per_token(logits, mb, nec_from_logits).cpu()
             if "ref_logprobs" in out:
                 if self.reference is None:
                     raise RuntimeError("ref_logprobs asked for, but this trainer has no reference model")
@@ -446,6 +453,23 @@ class FSDPWorker:
             entropy = flat_entropy.new_zeros((rows, width - 1))
             entropy[predicted] = flat_entropy[0, source]
         return logprobs, entropy, logits
+
+    def _per_token(self, logits: torch.Tensor, mb: Rows, statistic: Callable[[torch.Tensor], torch.Tensor]
+                   ) -> torch.Tensor:
+        """Return ``[B, T-1]`` float32 ``statistic`` of each predicted distribution (``logits / temperature``),
+        aligned as :meth:`_token_logprobs`'s log-probs, from the logits it returned; 0 where none was computed."""
+        scaled = logits.detach()
+        if self.temperature != 1.0:
+            scaled = scaled / self.temperature
+        rows, width = mb["input_ids"].shape
+        out = torch.zeros((rows, width - 1), dtype=torch.float32, device=scaled.device)
+        if self.settings.pack_sequences:
+            layout = packed_layout(mb["attention_mask"])
+            out[layout.predicted] = statistic(scaled[0, :-1])[layout.source].float()
+            return out
+        values = statistic(scaled[:, :-1]).float()
+        out[:, width - 1 - values.shape[1]:] = values
+        return out
 
     def _entropy_metric(self, logits: torch.Tensor, mb: Rows) -> float:
         """Return the mean entropy over the micro-batch's response tokens (no gradient), from the returned logits."""

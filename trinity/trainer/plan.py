@@ -167,6 +167,9 @@ class TrainingPlan:
     needs_global_step: bool
     #: Groups the buffer should drop after computing advantages; None: keep every row.
     group_filter: GroupFilter | None = None
+    #: Per-token statistics of the policy before the update that the trainer-side advantage reads
+    #: (``entropies``, ``nec``): the trainer computes them with the old log-probs.
+    token_statistics: tuple[str, ...] = ()
 
     @property
     def aggregation(self) -> str:
@@ -213,6 +216,8 @@ class TrainingPlan:
                 ("expert rows", self.expert_rows),
                 ("preference pairs", self.paired),
                 ("the global step", self.needs_global_step),
+                ("the policy's token entropies", "entropies" in self.token_statistics),
+                ("Clip_V's N per token", "nec" in self.token_statistics),
             )
             if flag
         ]
@@ -271,6 +276,10 @@ def _policy_aggregation(name: str, info: FunctionInfo | None, options: Mapping[s
         return "seq-mean-token-mean" if clip_mode == "gspo-one-side" else "token-mean"
     default = info.options.get("loss_agg_mode", DEFAULT_LOSS_AGG_MODE) if info else DEFAULT_LOSS_AGG_MODE
     return str(options.get("loss_agg_mode") or default)
+
+
+#: What the trainer computes per token from the policy before the update, for a trainer-side advantage.
+TOKEN_STATISTICS = ("entropies", "nec")
 
 
 def _advantage_reads(name: str | None, info: FunctionInfo | None, options: Mapping[str, Any]) -> frozenset[str]:
@@ -506,6 +515,7 @@ def resolve_plan(cfg: AlgorithmConfig) -> TrainingPlan:
         needs_teacher_logprobs="teacher_logprobs" in advantage_reads,
         needs_global_step="global_step" in loss_reads,
         group_filter=group_filter,
+        token_statistics=tuple(name for name in TOKEN_STATISTICS if in_trainer and name in advantage_reads),
     )
 
 

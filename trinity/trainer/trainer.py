@@ -33,7 +33,7 @@ import trinity.device
 from trinity.algorithm import (
     AdaptiveKLController,
     AdvantageInputs,
-    compute_advantages,
+    compute_filtered_advantages,
     kl_reward_penalty,
     outcome_token_rewards,
 )
@@ -287,6 +287,7 @@ class FSDPTrainer:
             wanted.append("ref_logprobs")
         if plan.use_critic:
             wanted.append("values")
+        wanted.extend(plan.token_statistics)
         if wanted:
             forward = plan_micro_batches(lengths, trainer.forward, unit)
             parts = self._per_rank(
@@ -369,11 +370,17 @@ class FSDPTrainer:
             if self.kl_controller is not None:
                 self.kl_controller.update(kl_metrics["kl/reward_penalty_kl"], batch_size)
         inputs = AdvantageInputs.from_batch(
-            rows_batch(rows), values=rows.get("values"), token_level_rewards=token_rewards
+            rows_batch(rows), values=rows.get("values"), token_level_rewards=token_rewards,
+            entropies=rows.get("entropies"), nec=rows.get("nec"),
         )
-        advantages, returns = compute_advantages(plan.advantage_fn, inputs, **plan.advantage_options)
+        advantages, returns, token_filter = compute_filtered_advantages(
+            plan.advantage_fn, inputs, **plan.advantage_options
+        )
         rows["advantages"] = advantages.float()
         rows["returns"] = returns.float()
+        if token_filter is not None:  # the loss, its token counts and the KL / entropy terms see the clipped mask
+            rows["response_mask"] = rows["response_mask"] * token_filter.keep.to(rows["response_mask"].dtype)
+            metrics.update({f"advantage/{name}": value for name, value in token_filter.metrics.items()})
         return metrics
 
     @staticmethod

@@ -172,8 +172,11 @@ def _sampling(config: Config, taskset: TasksetConfig, response_tokens: int) -> d
 
 
 def resolve_taskset(config: Config, taskset: TasksetConfig, where: str, index: int, *, is_eval: bool,
-                    response_tokens: int) -> TasksetPlan:
-    """Return the plan of one task set, with upstream's defaults filled in; raises ConfigError."""
+                    response_tokens: int, notes: list[str] | None = None) -> TasksetPlan:
+    """Return the plan of one task set, with upstream's defaults filled in; raises ConfigError.
+
+    Notes on settings that have no effect here are appended to ``notes``.
+    """
     explorer_input = config.buffer.explorer_input
     if not taskset.path:
         raise ConfigError(f"{where}.path: required (a local folder or a JSON/JSONL/Parquet/Arrow file)")
@@ -192,10 +195,11 @@ def resolve_taskset(config: Config, taskset: TasksetConfig, where: str, index: i
     selector, seed = _selector(selector_config, where, selectors=not is_eval)
     sampling = _sampling(config, taskset, response_tokens)
     if sampling["logprobs"] and sampling["logprobs"] > 0:
-        raise ConfigError(
-            f"{where}.rollout_args.logprobs: {sampling['logprobs']} is not supported: experiences record the sampled "
-            "token's log-prob only; set 0"
-        )
+        if notes is not None:
+            notes.append(f"{where}.rollout_args.logprobs: {sampling['logprobs']} has no effect here: experiences "
+                         "record the sampled token's log-prob only, as upstream's do (its top alternatives are "
+                         "not kept)")
+        sampling["logprobs"] = 0
     return TasksetPlan(
         name=taskset.name or (f"eval_taskset_{index}" if is_eval else f"taskset_{index}"),
         where=where,

@@ -186,7 +186,7 @@ def _schema_of(plan: Any) -> str:
     return str(getattr(plan, "schema", "experience"))
 
 
-def _tasksets(config: Config, model: ModelPlan) -> tuple[TasksetPlan | None, tuple[TasksetPlan, ...]]:
+def _tasksets(config: Config, model: ModelPlan, notes: list[str]) -> tuple[TasksetPlan | None, tuple[TasksetPlan, ...]]:
     explorer_input = config.buffer.explorer_input
     where = "buffer.explorer_input"
     train = None
@@ -202,14 +202,14 @@ def _tasksets(config: Config, model: ModelPlan) -> tuple[TasksetPlan | None, tup
         if spec is None:
             raise ConfigError(f"{where}.taskset: mode {config.mode} needs a training task set")
         train = resolve_taskset(config, spec, spec_where, 0, is_eval=False,
-                                response_tokens=model.max_response_tokens)
+                                response_tokens=model.max_response_tokens, notes=notes)
         train = dataclasses.replace(train, format=with_chat_template(train.format, model.chat_template,
                                                                      model.enable_thinking))
     evals = []
     names: set[str] = set()  # evaluation metrics are named by their set; the training set's are not
     for index, taskset in enumerate(explorer_input.eval_tasksets):
         plan = resolve_taskset(config, taskset, f"{where}.eval_tasksets[{index}]", index, is_eval=True,
-                               response_tokens=model.max_response_tokens)
+                               response_tokens=model.max_response_tokens, notes=notes)
         if plan.name in names:
             raise ConfigError(f"{where}.eval_tasksets[{index}].name: {plan.name!r} names two evaluation sets; their "
                               "metrics would mix: give each its own name")
@@ -224,7 +224,7 @@ def _tasksets(config: Config, model: ModelPlan) -> tuple[TasksetPlan | None, tup
 def _buffer(config: Config, model: ModelPlan, training: Any, notes: list[str]) -> BufferPlan:
     buffer = config.buffer
     schema = _schema_of(training)
-    train, evals = _tasksets(config, model)
+    train, evals = _tasksets(config, model, notes)
     trainer_input = buffer.trainer_input
     where = "buffer.trainer_input.experience_buffer"
     experience: StoragePlan | None = None
