@@ -34,8 +34,9 @@ def per_row(advantages: torch.Tensor) -> list[float]:
 
 def test_registry_names() -> None:
     assert ADVANTAGE_FNS.names() == [
-        "asymre", "asymre_verl", "clipb", "clipv", "gae", "grpo", "grpo_verl", "jsd", "on_policy_distill", "opmd", "opmd_verl",
-        "ppo", "rec", "reinforce", "reinforce_plus_plus", "reinforceplusplus", "remax", "rloo", "step_wise_grpo",
+        "asymre", "asymre_verl", "clipb", "clipv", "gae", "grpo", "grpo_verl", "jsd", "on_policy_distill", "opmd",
+        "opmd_verl", "ppo", "rec", "reinforce", "reinforce_plus_plus", "reinforceplusplus", "remax", "rloo",
+        "step_wise_grpo",
     ]  # fmt: skip
     assert ADVANTAGE_FNS.get("ppo") is ADVANTAGE_FNS.get("gae")
     assert ADVANTAGE_FNS.get("reinforceplusplus") is ADVANTAGE_FNS.get("reinforce_plus_plus")
