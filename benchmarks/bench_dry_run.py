@@ -37,6 +37,7 @@ PLACEHOLDERS = {
     "TRINITY_SFT_DATASET_PATH": "open-r1/sft",
     "TRINITY_BUFFER_PATH": "./buffer",
     "TRINITY_MODEL_PATH": "Qwen/Qwen2.5-1.5B-Instruct",
+    "OPENAI_BASE_URL": "https://api.example.com/v1",  # bench/external_model's README asks for the endpoint
 }
 
 

@@ -267,6 +267,58 @@ def test_bench_evaluates_the_start_and_every_checkpoint(trained_run: dict[str, A
     assert phase(run_dir, "train", before) == [] and phase(run_dir, "explore", before) == []
 
 
+@pytest.mark.parametrize("workflow", ["toy_repeat", "math_workflow"])
+def test_bench_evaluates_an_external_endpoint_and_no_checkpoint(
+    trained_run: dict[str, Any], tiny_model: Path, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture, workflow: str,
+) -> None:
+    """``model.external_model`` (upstream's examples/bench/external_model.yaml): the endpoint is an hf engine's
+    OpenAI server in this process, reached by URL only; the run folder's checkpoints are left alone."""
+    from trinity.common.models.hf_engine import HFEngine
+
+    served = HFEngine(str(tiny_model), torch_threads=1, openai_api={
+        "host": "127.0.0.1", "port": 0, "model_names": ["endpoint-model"], "max_prompt_tokens": 512,
+        "context_length": 1024, "default_max_tokens": 6, "history": False})
+    try:
+        monkeypatch.setenv("BENCH_ENDPOINT_URL", served.openai_api()["base_url"])
+        run_dir: Path = trained_run["run_dir"]
+        before = len(records(run_dir))
+        eval_tasks = [{"name": "eval", "path": str(TASKS / "eval.jsonl"), "rollout_args": {"temperature": 0.0},
+                       "format": {"prompt_key": "question", "response_key": "answer"}}]
+        plan = mode_config(trained_run["tmp"], tiny_model, "bench", **{
+            "model.model_path": "endpoint-model",
+            "model.external_model": {"enable": True, "model_name": "endpoint-model",
+                                     "base_url_env": "BENCH_ENDPOINT_URL", "api_key_env": "BENCH_ENDPOINT_KEY"},
+            "buffer.explorer_input.eval_tasksets": eval_tasks,
+            "buffer.explorer_input.default_eval_workflow_type": workflow,
+            "cluster.gpu_per_node": 0,
+        })
+        assert plan.explorer.rollout.external is not None and plan.model.path == "endpoint-model"
+        with caplog.at_level("WARNING", logger="trinity.launcher"):
+            assert run_plan(plan) == 0
+        requests = served._api_server.served
+    finally:
+        served.shutdown()
+    evals = phase(run_dir, "eval", before)
+    assert [r["step"] for r in evals] == [0], "one evaluation: no checkpoint can be loaded into an endpoint"
+    metrics = evals[0]["metrics"]
+    assert metrics["eval/tasks"] == 16 and metrics["eval/failed"] == 0
+    assert -1.0 <= metrics["eval/reward/mean"] <= 1.0 and metrics["bench/model_version"] == 0  # math: -0.1 format
+    assert requests == 16, "one chat request per task, all to the endpoint"
+    assert any("checkpoint(s)" in r.getMessage() and "not evaluated" in r.getMessage() for r in caplog.records)
+
+
+def test_external_model_outside_bench_is_a_config_error(tmp_path: Path, tiny_model: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    with pytest.raises(ConfigError, match=r"^model\.external_model\.enable: .*mode bench"):
+        mode_config(tmp_path, tiny_model, "explore", **{"model.external_model": {"enable": True, "model_name": "m"}})
+    monkeypatch.delenv("OPENAI_BASE_URL")
+    with pytest.raises(ConfigError, match=r"^model\.external_model\.base_url_env: .*OPENAI_BASE_URL is not set"):
+        mode_config(tmp_path, tiny_model, "bench", **{"model.external_model": {"enable": True, "model_name": "m"},
+                                                      "buffer.explorer_input.eval_tasksets": [{"path": "e.jsonl"}]})
+
+
 def test_serve_takes_the_newest_of_the_published_weights_and_the_checkpoints(trained_run: dict[str, Any],
                                                                            tmp_path: Path) -> None:
     """What mode serve loads (``newest_weights``): the train job published step 2 and checkpointed steps 1, 2."""

@@ -72,9 +72,15 @@ def render_plan(plan: RunPlan, layout: Layout, backend_line: str, warnings: Sequ
     lines += _section("algorithm", _algorithm_lines(plan.algorithm))
     model = plan.model
     dtype = f"dtype {model.dtype}; " if precision is None else ""
-    lines += _section("model", [f"{model.path}{' (built tiny if missing)' if model.tiny else ''}; {dtype}"
-                                f"context {model.max_model_len} = prompt {model.max_prompt_tokens} + response "
-                                f"{model.max_response_tokens}", *(precision.describe() if precision else [])])
+    external = plan.explorer.rollout.external
+    if external is not None:
+        lines += _section("model", [f"{external.model_name} at the external endpoint ${external.base_url_env} "
+                                    f"(key ${external.api_key_env}); at most {model.max_response_tokens} new tokens "
+                                    "per reply; evaluated once, no checkpoint loaded"])
+    else:
+        lines += _section("model", [f"{model.path}{' (built tiny if missing)' if model.tiny else ''}; {dtype}"
+                                    f"context {model.max_model_len} = prompt {model.max_prompt_tokens} + response "
+                                    f"{model.max_response_tokens}", *(precision.describe() if precision else [])])
     if plan.uses_trainer:
         trainer = plan.trainer
         lines += _section("trainer", [

@@ -28,7 +28,8 @@ def run_bench(session: Session) -> None:
     ``<run>/bench/step-N`` (kept, and refreshed when the checkpoint is newer),
     loaded by every engine as version N and evaluated (logged as step N).
     Each record of phase ``eval`` carries ``bench/model_version``, the version
-    the engines held.
+    the engines held. With ``model.external_model`` the endpoint is evaluated
+    once (step 0, version 0): no checkpoint can be loaded into it.
     """
     from trinity.manager.checkpoint_converter import ConversionError
     from trinity.monitor.keys import PHASE_EVAL
@@ -39,7 +40,13 @@ def run_bench(session: Session) -> None:
     steps = [step for step in checkpoints.intact_steps() if step > 0]  # a damaged one is skipped with a warning
     if plan.explorer.bench_on_latest_checkpoint:
         steps = steps[-1:]
-    if not steps:
+    external = plan.explorer.rollout.external
+    if external is not None and steps:  # its weights are not the run's to replace
+        logger.warning("bench: the rollout model is the external endpoint %r; the %d checkpoint(s) in %s are not "
+                       "evaluated (evaluate a local model to bench them)", external.model_name, len(steps),
+                       checkpoints.root)
+        steps = []
+    elif not steps:
         logger.warning("bench: no checkpoint in %s; evaluating the starting model only", checkpoints.root)
     with contextlib.ExitStack() as stack:
         placement = place(plan, session.layout)

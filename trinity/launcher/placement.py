@@ -21,8 +21,8 @@ class Placement:
     auxiliary_groups: dict[str, list[Any]] = field(default_factory=dict)
 
     def engine_options(self, index: int) -> dict[str, Any]:
-        """Ray actor options placing rollout engine ``index`` in its group."""
-        return _in_group(self.engine_groups[index])
+        """Ray actor options placing rollout engine ``index`` in its group (none for an external endpoint's)."""
+        return _in_group(self.engine_groups[index]) if self.engine_groups else {}
 
     def auxiliary_options(self, name: str) -> Callable[[int], dict[str, Any]]:
         """Return ``options_for(index)`` placing the engines of auxiliary model ``name`` in their groups."""
@@ -69,7 +69,7 @@ def place(plan: RunPlan, layout: Layout) -> Placement:
                 layout.trainers, layout.resource_key, layout.cpus_per_bundle, per_node,
                 name=f"{prefix}/trainer",
             )
-        for index in range(layout.engines):
+        for index in range(layout.engines if layout.engine_type != "external" else 0):  # an endpoint: none
             placement.engine_groups.append(create_placement_group(
                 layout.devices_per_engine, layout.resource_key, layout.cpus_per_bundle, per_node,
                 name=f"{prefix}/engine-{index}",

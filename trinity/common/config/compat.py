@@ -84,7 +84,7 @@ DERIVED: dict[str, str] = {
                                                     "rope_scaling", "rope_theta")},
     **{f"{_ROLLOUT}.{k}": "LoRA is not supported yet" for k in ("enable_lora", "enable_runtime_lora_updating",
                                                                 "lora_modules", "lora_kwargs")},
-    f"{_ROLLOUT}.external_model_config": "external models are not supported yet",
+    f"{_ROLLOUT}.external_model_config": "it is set from model.external_model (mode bench)",
     "synchronizer.explorer_world_size": "it is derived from the engines",
     "synchronizer.ray_namespace": "it is the run's ray_namespace",
     "monitor.cache_dir": "it is <run folder>/monitor",

@@ -125,7 +125,9 @@ def _preflight(plan: RunPlan, strict: bool, checker: Callable[..., str | None],
             raise ConfigError(problem)
         found.warnings.append(problem)
 
-    report(check_model_path(plan.model.path, "model.model_path", tiny=plan.model.tiny is not None), plan.model.path)
+    if plan.explorer.rollout.external is None:  # else model_path names the model at the endpoint
+        report(check_model_path(plan.model.path, "model.model_path", tiny=plan.model.tiny is not None),
+               plan.model.path)
     critic = plan.trainer.critic
     if critic is not None and critic.path != plan.model.path:
         report(check_model_path(critic.path, "model.critic_model_path", tokenizer=False), critic.path)

@@ -54,7 +54,9 @@ class Layout:
         """Plain lines for ``trinity run --dry-run``."""
         unit = self.resource_key or "CPU bundle"
         lines = [f"{self.nodes} node(s) x {self.devices_per_node} {unit} ({self.source})"]
-        if self.engines:
+        if self.engines and self.engine_type == "external":
+            lines.append(f"{self.engines} client(s) of the external endpoint (no device)")
+        elif self.engines:
             lines.append(f"{self.engines} {self.engine_type} engine(s) x {self.devices_per_engine} {unit}")
         if self.trainers:
             lines.append(f"{self.trainers} trainer rank(s), one {unit} each")
@@ -114,6 +116,7 @@ def _layout(plan: RunPlan, backend: Backend, cluster_resources: Mapping[str, flo
     key = info.ray_resource_key
     rollout = plan.explorer.rollout
     engine_type = rollout.engine_type
+    external = rollout.external is not None  # an endpoint outside the run: its engines take no device
     if engine_type == "auto":
         engine_type = auto_engine_type(backend)
     if engine_type == "vllm" and key is None:
@@ -127,12 +130,15 @@ def _layout(plan: RunPlan, backend: Backend, cluster_resources: Mapping[str, flo
             f"explorer.rollout_model.tensor_parallel_size: {tp} asked, but the hf engine runs on one device; set it "
             "to 1, or use engine_type: vllm for tensor parallelism"
         )
+    if external:
+        tp = 0
     for aux in plan.explorer.auxiliary:
         if aux.engine_type == "vllm" and key is None:
             raise ConfigError(f"explorer.auxiliary_models ({aux.name}): vllm needs an accelerator; use engine_type: hf")
 
     engines = rollout.engine_num if plan.uses_explorer else 0
-    explorer_devices = engines * tp + (sum(a.devices for a in plan.explorer.auxiliary) if plan.uses_explorer else 0)
+    auxiliary_devices = sum(a.devices for a in plan.explorer.auxiliary) if plan.uses_explorer else 0
+    explorer_devices = (0 if external else engines * tp) + auxiliary_devices
     node_num, per_node, source = _cluster_size(plan, backend, nodes, key, explorer_devices)
     total = node_num * per_node
     cpus = plan.cluster.cpus_per_bundle

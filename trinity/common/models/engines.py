@@ -34,8 +34,15 @@ def _load_vllm() -> type:
     return VLLMEngine
 
 
+def _load_external() -> type:
+    from trinity.common.models.external import ExternalChatEngine
+
+    return ExternalChatEngine
+
+
 ENGINES.add("hf", _load_hf)
 ENGINES.add("vllm", _load_vllm)
+ENGINES.add("external", _load_external)
 
 
 def engine_actor_options(plan: RunPlan, engine_cls: type, engine: EnginePlan | None = None) -> dict[str, Any]:
@@ -49,6 +56,13 @@ def engine_actor_options(plan: RunPlan, engine_cls: type, engine: EnginePlan | N
     from trinity import device
 
     engine = engine or plan.explorer.rollout
+    if engine.external is not None:  # an HTTP client: no device, no CPU reserved; the endpoint's URL and key
+        import os
+
+        names = (engine.external.base_url_env, engine.external.api_key_env)
+        return {"num_cpus": 0, "max_concurrency": plan.explorer.runners_per_engine + 2, "max_restarts": 0,
+                "max_task_retries": 0,
+                "runtime_env": {"env_vars": {name: os.environ[name] for name in names if name in os.environ}}}
     tp = engine.tensor_parallel_size
     self_managed = bool(getattr(engine_cls, "manages_devices", False))
     env = {**plan.explorer.env_vars, **device.worker_env(self_managed_devices=self_managed)}
@@ -85,7 +99,7 @@ def create_engines(
     model only). Raises UnknownNameError for an unknown engine type.
     """
     group = engine or plan.explorer.rollout
-    if plan.model.tiny is not None and group.name == "rollout":
+    if plan.model.tiny is not None and group.name == "rollout" and group.external is None:
         from pathlib import Path
 
         from trinity.common.models.tiny import build_tiny_model

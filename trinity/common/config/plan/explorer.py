@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Any
 
 from trinity.common.config.loader import ConfigError
 from trinity.common.config.plan.model import DTYPES, ModelPlan, resolve_lengths
@@ -189,17 +190,38 @@ def auxiliary_overlong(lengths: tuple[int | None, int | None, int | None]) -> in
 
 def _external(spec: InferenceModelConfig, where: str) -> ExternalPlan:
     """Return the endpoint of an external auxiliary model; raises ConfigError when its URL variable is unset."""
+    return _endpoint(spec.external_model_config, spec.model_path, f"{where}.external_model_config")
+
+
+def _endpoint(endpoint: Any, model_path: str | None, where: str) -> ExternalPlan:
+    """Return the :class:`ExternalPlan` of an endpoint section (``base_url_env``, ``api_key_env``, ``model_name``)."""
     import os
 
-    endpoint = spec.external_model_config
     if not os.environ.get(endpoint.base_url_env):
-        raise ConfigError(f"{where}.external_model_config.base_url_env: the environment variable "
-                          f"{endpoint.base_url_env} is not set; set it to the endpoint's base URL "
-                          "(https://host/v1)")
-    name = endpoint.model_name or spec.model_path
+        raise ConfigError(f"{where}.base_url_env: the environment variable {endpoint.base_url_env} is not set; set "
+                          "it to the endpoint's base URL (https://host/v1)")
+    name = endpoint.model_name or model_path
     if not name:
-        raise ConfigError(f"{where}.external_model_config.model_name: required (the model's name at the endpoint)")
+        raise ConfigError(f"{where}.model_name: required (the model's name at the endpoint)")
     return ExternalPlan(base_url_env=endpoint.base_url_env, api_key_env=endpoint.api_key_env, model_name=name)
+
+
+def _external_rollout(config: Config, model: ModelPlan) -> EnginePlan:
+    """Return the rollout group of a run evaluating ``model.external_model`` (mode bench only); raises ConfigError."""
+    if config.mode != "bench":
+        raise ConfigError(f"model.external_model.enable: an external model can only be evaluated (mode bench, as "
+                          f"upstream), not used in mode {config.mode}; set mode: bench or remove external_model")
+    spec = config.explorer.rollout_model
+    if spec.engine_num < 1:
+        raise ConfigError("explorer.rollout_model.engine_num: must be at least 1")
+    external = _endpoint(config.model.external_model, config.model.model_path, "model.external_model")
+    return EnginePlan(
+        name="rollout", model_path=external.model_name, engine_type="external", engine_num=spec.engine_num,
+        tensor_parallel_size=1, dtype=model.dtype, seed=spec.seed, max_model_len=model.max_model_len,
+        max_prompt_tokens=model.max_prompt_tokens, max_response_tokens=model.max_response_tokens,
+        gpu_memory_utilization=0.0, enforce_eager=False, enable_prefix_caching=False, enable_chunked_prefill=False,
+        max_batch_size=1, chat_template=None, external=external,
+    )
 
 
 def _api(spec: InferenceModelConfig, where: str) -> ApiPlan | None:
@@ -242,8 +264,11 @@ def resolve_explorer(config: Config, model: ModelPlan) -> ExplorerPlan:
             "explorer.rollout_model.model_path: the rollout model always serves model.model_path; remove it"
         )
     step_rows = config.buffer.batch_size * config.algorithm.repeat_times
-    rollout = _engine(rollout_spec, model, name="rollout", model_path=model.path, where="explorer.rollout_model",
-                      step_rows=step_rows)
+    if config.model.external_model.enable:
+        rollout = _external_rollout(config, model)
+    else:
+        rollout = _engine(rollout_spec, model, name="rollout", model_path=model.path,
+                          where="explorer.rollout_model", step_rows=step_rows)
     auxiliary = []
     names: set[str] = set()
     for index, spec in enumerate(explorer.auxiliary_models):

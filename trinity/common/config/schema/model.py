@@ -48,12 +48,10 @@ class TinkerConfig:
 
 @dataclass
 class ExternalModelConfig:
-    """An OpenAI-compatible endpoint evaluated in mode ``bench`` (upstream; trinity-rft does not implement it yet)."""
+    """An OpenAI-compatible endpoint evaluated in mode ``bench`` instead of a local model (upstream)."""
 
-    #: Evaluate the external endpoint instead of a local model.
-    enable: bool = refused(
-        False, "external OpenAI-compatible models are not supported yet; evaluate a local model folder"
-    )
+    #: Evaluate the external endpoint instead of a local model (mode bench only).
+    enable: bool = False
     #: Environment variable holding the endpoint URL.
     base_url_env: str = "OPENAI_BASE_URL"
     #: Environment variable holding the API key.
