@@ -106,7 +106,7 @@ def test_pass_rate_calculator_reports_the_share_of_tasks_neither_solved_nor_hope
 
 
 def test_the_guides_async_operator_runs_in_a_step_write(guide_operator: None, tmp_path: Path) -> None:
-    storage = SQLiteStorage(f"sqlite:///{tmp_path / 'buffer.db'}", "exps")
+    storage = SQLiteStorage(tmp_path / "buffer.db", "exps")
     pipeline = build_pipeline(reward_shaping=[{"name": "guide_reward_filter", "args": {"threshold": 0.5}}],
                               advantage_fn="grpo", group_size=3, storage=storage)
     step = make_group("g0", 3, rewards=[0.0, 1.0, 0.6]) + make_group("g1", 3, rewards=[0.0, 0.1, 0.2])
