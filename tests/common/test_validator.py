@@ -89,6 +89,21 @@ def test_tensor_parallel_must_fit_a_node() -> None:
         resolve_layout(run, NPU, {"NPU": 32, "CPU": 64})
 
 
+def test_unset_compile_follows_the_backends_advice_and_an_explicit_value_wins() -> None:
+    default = resolve_layout(plan({"cluster.gpu_per_node": 3, "trainer.use_torch_compile": None}), CPU, {"CPU": 4})
+    assert default.use_torch_compile is False, "the CPU backend supports compile but advises against it"
+    assert default.compile_source.startswith("off, the cpu backend's default: off unless asked")
+    assert any(line.startswith("torch.compile off, the cpu backend's default") for line in default.describe())
+    asked = resolve_layout(plan({"cluster.gpu_per_node": 3, "trainer.use_torch_compile": True}), CPU, {"CPU": 4})
+    assert asked.use_torch_compile is True and asked.compile_source == "on, trainer.use_torch_compile: true"
+    accel = load_plugin(plugins.FakeAccel("zeta", 100, key="ZETA"), expected_name="zeta")
+    supported = resolve_layout(plan({"cluster.gpu_per_node": 2, "trainer.use_torch_compile": None}), accel,
+                               {"ZETA": 2, "CPU": 8})
+    assert supported.use_torch_compile is True and supported.compile_source.startswith("on, the zeta backend")
+    assert CompileSupport(True).on_by_default and not CompileSupport(True, advised=False).on_by_default
+    assert not CompileSupport(False, advised=True).on_by_default, "never on where it does not work"
+
+
 def test_explicit_compile_refused_with_the_backends_reason() -> None:
     run = plan({"trainer.use_torch_compile": True, "cluster.gpu_per_node": 8})
     with pytest.raises(ConfigError, match="use_torch_compile: true is not supported on the npu backend: inductor"):
@@ -104,7 +119,7 @@ def test_another_devices_collective_is_refused_but_upstreams_nccl_means_online()
 
 def test_cpu_backend_counts_cpu_bundles_and_refuses_vllm() -> None:
     layout = resolve_layout(plan({"cluster.gpu_per_node": 3, "trainer.use_torch_compile": None}), CPU, {"CPU": 4})
-    assert layout.resource_key is None and str(layout.sync_method) == "gloo" and layout.use_torch_compile
+    assert layout.resource_key is None and str(layout.sync_method) == "gloo"
     assert layout.engine_type == "hf" and layout.engines == 1 and layout.trainers == 2
     with pytest.raises(ConfigError, match=r"3 bundle\(s\) x 1 CPU = 3 CPUs asked but the Ray cluster has 2"):
         resolve_layout(plan({"cluster.gpu_per_node": 3}), CPU, {"CPU": 2})

@@ -55,12 +55,20 @@ class ProbeResult:
 
 @dataclass(frozen=True)
 class CompileSupport:
-    """Whether ``torch.compile`` works on this backend."""
+    """Whether ``torch.compile`` works on this backend, and whether the trainer should use it by default."""
 
     #: True when ``torch.compile`` can be used for models on this device.
     supported: bool
-    #: Why not (or a note when it is); shown to users who ask for compile anyway.
+    #: Why not (or a note when it is); shown to users who ask for compile anyway, and by ``--dry-run``.
     reason: str = ""
+    #: Whether the trainer compiles when ``trainer.use_torch_compile`` is unset; None: exactly when supported.
+    #: A backend where compiling works but costs more than it saves sets it False (and says why in ``reason``).
+    advised: bool | None = None
+
+    @property
+    def on_by_default(self) -> bool:
+        """Whether ``use_torch_compile`` left unset means compile: ``advised``, else ``supported``."""
+        return self.supported and (self.supported if self.advised is None else self.advised)
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,8 @@ class Layout:
     use_torch_compile: bool
     #: How ``devices_per_node`` / ``nodes`` were decided (for the plan and the log).
     source: str = "config"
+    #: Whether and why the trainer compiles (``on, trainer.use_torch_compile: true``, ``off, the cpu backend's ...``).
+    compile_source: str = ""
 
     def describe(self) -> list[str]:
         """Plain lines for ``trinity run --dry-run``."""
@@ -60,6 +62,8 @@ class Layout:
             lines.append(f"{self.engines} {self.engine_type} engine(s) x {self.devices_per_engine} {unit}")
         if self.trainers:
             lines.append(f"{self.trainers} trainer rank(s), one {unit} each")
+            if self.compile_source:
+                lines.append(f"torch.compile {self.compile_source}")
         lines.append(f"{self.cpus_per_bundle:g} CPU(s) reserved per bundle")
         return lines
 
@@ -104,12 +108,16 @@ def _layout(plan: RunPlan, backend: Backend, cluster_resources: Mapping[str, flo
     support = backend.compile_support()
     use_compile = plan.trainer.use_torch_compile
     if use_compile is None:
-        use_compile = support.supported
+        use_compile = support.on_by_default
+        why = f"the {info.name} backend's default" + (f": {support.reason}" if support.reason else "")
+        compile_source = f"{'on' if use_compile else 'off'}, {why}"
     elif use_compile and not support.supported:
         raise ConfigError(
             f"trainer.use_torch_compile: true is not supported on the {info.name} backend: {support.reason}; "
             "set it to false or remove it"
         )
+    else:
+        compile_source = f"{'on' if use_compile else 'off'}, trainer.use_torch_compile: {str(use_compile).lower()}"
 
     resolve_precision(plan, backend)  # a dtype the device cannot compute in is refused here, with its reason
 
@@ -174,7 +182,7 @@ def _layout(plan: RunPlan, backend: Backend, cluster_resources: Mapping[str, flo
     return Layout(
         resource_key=key, engine_type=engine_type, devices_per_engine=tp, engines=engines, trainers=trainers,
         nodes=node_num, devices_per_node=per_node, cpus_per_bundle=cpus, sync_method=sync_method,
-        use_torch_compile=bool(use_compile), source=source,
+        use_torch_compile=bool(use_compile), source=source, compile_source=compile_source,
     )
 
 
