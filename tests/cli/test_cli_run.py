@@ -86,6 +86,13 @@ def test_a_model_folder_transformers_cannot_load_is_one_line(trinity: Runner, tm
     assert "point it at a complete Hugging Face model folder" in line and "bug" not in line
 
 
+def test_upstreams_short_config_flag_and_every_mode_in_the_help(trinity: Runner, tmp_path: Path) -> None:
+    result = trinity("run", "-c", str(write(tmp_path, GOOD)), "--dry-run", timeout=60)
+    assert result.returncode == 0 and "the config is valid" in result.stdout, result.stderr
+    help_text = " ".join(trinity("run", "--help").stdout.split())
+    assert "-c FILE, --config FILE" in help_text and "(mode both, explore, train, bench or serve)" in help_text
+
+
 def test_missing_config_file(trinity: Runner, tmp_path: Path) -> None:
     result = trinity("run", "--config", str(tmp_path / "absent.yaml"))
     assert result.returncode == 2 and "does not exist" in result.error_line()

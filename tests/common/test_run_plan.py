@@ -259,10 +259,10 @@ def test_an_external_auxiliary_model_takes_no_device_and_needs_its_url_variable(
         make_plan({"explorer.rollout_model.engine_type": "external"})
 
 
-def test_mode_serve_needs_the_openai_api() -> None:
-    with pytest.raises(ConfigError, match=r"^mode: serve serves the rollout engines' OpenAI API; set "
-                                          r"explorer\.rollout_model\.enable_openai_api: true$"):
-        make_plan({"mode": "serve"})
+def test_mode_serve_turns_on_the_openai_api_it_serves_with_a_note() -> None:
+    served = make_plan({"mode": "serve"})
+    assert served.explorer.rollout.api is not None
+    assert any(n.startswith("explorer.rollout_model.enable_openai_api: turned on: mode serve") for n in served.notes)
     plan = make_plan({"mode": "serve", "explorer.rollout_model.enable_openai_api": True})
     assert plan.uses_explorer and not plan.uses_trainer and plan.buffer.experience is None
     with pytest.raises(ConfigError, match=r"service_status_check_interval: .* at least 1, got 0"):

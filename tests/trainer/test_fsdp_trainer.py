@@ -214,6 +214,11 @@ def test_converter_output_gives_the_trainer_logits(grpo: dict[str, Any], tmp_pat
     initial = AutoModelForCausalLM.from_pretrained(trainer.run.model.path, dtype=torch.float32)
     with torch.no_grad():
         assert not torch.allclose(converted(input_ids=ids).logits, initial(input_ids=ids).logits)
+    assert Path(trainer.checkpoint_dir).name == "checkpoints"
+    from_run = convert_checkpoint(Path(trainer.checkpoint_dir).parent, tmp_path / "hf-run")  # the run folder
+    by_run = AutoModelForCausalLM.from_pretrained(str(from_run), dtype=torch.float32)
+    with torch.no_grad():
+        assert torch.equal(by_run(input_ids=ids).logits, converted(input_ids=ids).logits)
     with pytest.raises(ConversionError, match="exists"):
         convert_checkpoint(trainer.checkpoint_dir, out)
     with pytest.raises(ConversionError, match="no complete trainer checkpoint"):

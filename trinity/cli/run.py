@@ -17,10 +17,10 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     """Add ``run`` and ``convert`` to the top-level subparsers."""
     run = commands.add_parser(
         "run", parents=[common], help="run an RFT job described by a YAML config",
-        description="Run a reinforcement fine-tuning job (explore, train, both, or bench) from a YAML config. "
-        "Connects to the configured Ray cluster, or a running local one, or starts one.",
+        description="Run a reinforcement fine-tuning job (mode both, explore, train, bench or serve) from a YAML "
+        "config. Connects to the configured Ray cluster, or a running local one, or starts one.",
     )
-    run.add_argument("--config", required=True, metavar="FILE", help="the job's YAML config")
+    run.add_argument("-c", "--config", required=True, metavar="FILE", help="the job's YAML config")
     run.add_argument(
         "--dry-run", action="store_true",
         help="check the config and print the resolved plan (device backend, layout, sync, algorithm, data) "

@@ -313,7 +313,8 @@ def read_state(checkpoint: str | Path) -> dict[str, Any]:
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
-    """Return the checkpoint folder ``path`` names: a ``step-N`` folder or a checkpoint root (its newest intact one).
+    """Return the checkpoint folder ``path`` names: a ``step-N`` folder, a checkpoint root or a run folder (whose
+    ``checkpoints`` root is meant): for a root, its newest intact checkpoint.
 
     A root's newer damaged checkpoints are passed over with a one-line warning
     each. Raises CheckpointError when there is none (exit status 2 when there
@@ -322,6 +323,8 @@ def resolve_checkpoint(path: str | Path) -> Path:
     folder = Path(path)
     if (folder / STATE_FILE).is_file():
         return folder
+    if (folder / "checkpoints").is_dir() and not any(folder.glob("step-*")):  # a run folder
+        folder = folder / "checkpoints"
     chosen, rejected = CheckpointDir(folder).newest_intact()
     if chosen is None and rejected:
         found = "; ".join(f"{v.path.name} {describe(v)}" for v in rejected[:3])

@@ -259,6 +259,8 @@ def resolve_explorer(config: Config, model: ModelPlan) -> ExplorerPlan:
     """Return the :class:`ExplorerPlan` of ``config``; raises ConfigError."""
     explorer = config.explorer
     rollout_spec = explorer.rollout_model
+    if config.mode == "serve" and not rollout_spec.enable_openai_api:  # what serve serves (the plan notes it)
+        rollout_spec = dataclasses.replace(rollout_spec, enable_openai_api=True)
     if rollout_spec.model_path and rollout_spec.model_path != config.model.model_path:
         raise ConfigError(
             "explorer.rollout_model.model_path: the rollout model always serves model.model_path; remove it"

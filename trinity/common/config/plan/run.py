@@ -401,9 +401,9 @@ def _resolve(config: Config, stage: tuple[int, int, str] | None) -> RunPlan:
                          f"({given[1]} + {given[2]}) exceed max_model_len ({given[0]}); its replies stop at "
                          f"{kept} tokens after a prompt of {given[1]}")
     if config.mode == "serve":
-        if explorer.rollout.api is None:
-            raise ConfigError("mode: serve serves the rollout engines' OpenAI API; set "
-                              "explorer.rollout_model.enable_openai_api: true")
+        if not config.explorer.rollout_model.enable_openai_api:
+            notes.append("explorer.rollout_model.enable_openai_api: turned on: mode serve serves the rollout "
+                         "engines' OpenAI API")
         if config.explorer.service_status_check_interval < 1:
             raise ConfigError("explorer.service_status_check_interval: mode serve looks for published weights every "
                               f"N seconds; N must be at least 1, got {config.explorer.service_status_check_interval}")
