@@ -44,6 +44,14 @@ def test_the_plan_fills_upstreams_defaults() -> None:
     assert plan.ray_namespace == "tests/run" and plan.run_dir.name == "run"
 
 
+def test_an_unknown_storage_type_gets_the_closest_one() -> None:
+    where = r"^buffer\.trainer_input\.experience_buffer\.storage_type: "
+    with pytest.raises(ConfigError, match=where + r"'sqlite' is not one of queue, sql, file; did you mean 'sql'\?$"):
+        make_plan({"buffer.trainer_input.experience_buffer": {"name": "b", "storage_type": "sqlite"}})
+    with pytest.raises(ConfigError, match=where + r"'queu' is not one of queue, sql, file; did you mean 'queue'\?$"):
+        make_plan({"buffer.trainer_input.experience_buffer": {"name": "b", "storage_type": "queu"}})
+
+
 def test_top_logprobs_asked_of_the_rollouts_are_noted_as_having_no_effect() -> None:
     plan = make_plan({"buffer.explorer_input.taskset.rollout_args": {"logprobs": 20}})
     taskset = plan.buffer.train_taskset
@@ -62,10 +70,17 @@ def test_eval_task_sets_take_the_eval_workflow_first() -> None:
 
 
 def test_names_are_checked_before_anything_starts_with_the_closest_name() -> None:
-    with pytest.raises(ConfigError, match=r"buffer\.explorer_input\.taskset: unknown workflow 'toy_repat'; "
-                                          r"did you mean 'toy_repeat'"):
+    with pytest.raises(ConfigError, match=r"^buffer\.explorer_input\.default_workflow_type: unknown workflow "
+                                          r"'toy_repat'; did you mean 'toy_repeat'"):
         make_plan({"buffer.explorer_input.default_workflow_type": "toy_repat"})
-    with pytest.raises(ConfigError, match=r"unknown reward function 'math_acuracy'; did you mean 'math_accuracy'"):
+    with pytest.raises(ConfigError, match=r"^buffer\.explorer_input\.taskset\.default_workflow_type: unknown "
+                                          r"workflow 'toy_repat'"):
+        make_plan({"buffer.explorer_input.taskset.default_workflow_type": "toy_repat"})
+    with pytest.raises(ConfigError, match=r"^buffer\.explorer_input\.eval_tasksets\[0\]\.default_reward_fn_type: "
+                                          r"unknown reward function 'math_acuracy'; did you mean 'math_accuracy'"):
+        make_plan({"buffer.explorer_input.eval_tasksets": [{"path": "e.jsonl",
+                                                            "default_reward_fn_type": "math_acuracy"}]})
+    with pytest.raises(ConfigError, match=r"^buffer\.explorer_input\.default_reward_fn_type: unknown reward"):
         make_plan({"buffer.explorer_input.default_reward_fn_type": "math_acuracy"})
     with pytest.raises(ConfigError, match=r"algorithm.*unknown algorithm 'grop'; did you mean 'grpo'"):
         make_plan({"algorithm.algorithm_type": "grop"})

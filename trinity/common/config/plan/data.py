@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -61,6 +62,9 @@ class TasksetPlan:
     enable_progress_bar: bool = False
     #: The ``data_selector`` section a selector class is built with (None for the read orders).
     selector_config: Any = None
+    #: The config key that named ``workflow`` / ``reward_fn`` (for messages); empty: ``where``.
+    workflow_key: str = ""
+    reward_key: str = ""
 
 
 @dataclass(frozen=True)
@@ -171,6 +175,9 @@ def _sampling(config: Config, taskset: TasksetConfig, response_tokens: int) -> d
     }
 
 
+_EXPLORER_INPUT = "buffer.explorer_input"
+
+
 def resolve_taskset(config: Config, taskset: TasksetConfig, where: str, index: int, *, is_eval: bool,
                     response_tokens: int, notes: list[str] | None = None) -> TasksetPlan:
     """Return the plan of one task set, with upstream's defaults filled in; raises ConfigError.
@@ -180,17 +187,20 @@ def resolve_taskset(config: Config, taskset: TasksetConfig, where: str, index: i
     explorer_input = config.buffer.explorer_input
     if not taskset.path:
         raise ConfigError(f"{where}.path: required (a local folder or a JSON/JSONL/Parquet/Arrow file)")
-    workflow = taskset.default_workflow_type
+    workflow, workflow_key = taskset.default_workflow_type, f"{where}.default_workflow_type"
     if workflow is None and is_eval:
         workflow = explorer_input.default_eval_workflow_type
+        workflow_key = f"{_EXPLORER_INPUT}.default_eval_workflow_type"
     if workflow is None:
-        workflow = explorer_input.default_workflow_type
+        workflow, workflow_key = explorer_input.default_workflow_type, f"{_EXPLORER_INPUT}.default_workflow_type"
     if not workflow and not taskset.format.workflow_key:
         raise ConfigError(
             f"{where}.default_workflow_type: no workflow for this task set; set it, or "
             "buffer.explorer_input.default_workflow_type (e.g. math_workflow)"
         )
     reward = taskset.default_reward_fn_type or explorer_input.default_reward_fn_type
+    reward_key = (f"{where}.default_reward_fn_type" if taskset.default_reward_fn_type
+                  else _EXPLORER_INPUT + ".default_reward_fn_type")
     selector_config = taskset.data_selector if taskset.task_selector is None else taskset.task_selector
     selector, seed = _selector(selector_config, where, selectors=not is_eval)
     sampling = _sampling(config, taskset, response_tokens)
@@ -217,6 +227,8 @@ def resolve_taskset(config: Config, taskset: TasksetConfig, where: str, index: i
         seed=seed,
         is_eval=is_eval,
         enable_progress_bar=taskset.enable_progress_bar,
+        workflow_key=workflow_key,
+        reward_key=reward_key,
         selector_config=selector_config if selector not in ("sequential", "shuffle", "random") else None,
     )
 
@@ -267,7 +279,10 @@ def resolve_storage(buffer: ExperienceBufferConfig, where: str, mode: str) -> tu
     if kind == "file":
         path = str(Path(buffer.path).expanduser().absolute()) if buffer.path else ""
         return StoragePlan("jsonl", name, path, 0, buffer.max_read_timeout), None, note
-    raise ConfigError(f"{where}.storage_type: {buffer.storage_type!r} is not one of queue, sql, file")
+    known = ("queue", "sql", "file")
+    close = ["sql"] if kind in ("sqlite", "sqlite3", "database", "db") else difflib.get_close_matches(kind, known, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise ConfigError(f"{where}.storage_type: {buffer.storage_type!r} is not one of queue, sql, file{hint}")
 
 
 def resolve_dataset(buffer: ExperienceBufferConfig, where: str, schema: Schema, epochs: int) -> DatasetPlan:

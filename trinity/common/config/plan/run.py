@@ -313,10 +313,12 @@ def _check_names(plan: BufferPlan, training: Any) -> None:
     for taskset in [t for t in (plan.train_taskset, *plan.eval_tasksets) if t is not None]:
         if taskset.workflow and not WORKFLOWS.resolves(taskset.workflow):
             why = unavailable_reason(taskset.workflow)
-            raise ConfigError(f"{taskset.where}: {why or _unknown(WORKFLOWS, taskset.workflow)}")
+            key = taskset.workflow_key or taskset.where
+            raise ConfigError(f"{key}: {why or _unknown(WORKFLOWS, taskset.workflow)}")
         if taskset.reward_fn and not REWARD_FNS.resolves(taskset.reward_fn):
             why = unavailable_reason(taskset.reward_fn)
-            raise ConfigError(f"{taskset.where}: {why or _unknown(REWARD_FNS, taskset.reward_fn)}")
+            key = taskset.reward_key or taskset.where
+            raise ConfigError(f"{key}: {why or _unknown(REWARD_FNS, taskset.reward_fn)}")
         if taskset.reward_fn and taskset.reward_fn_args:
             try:
                 check_reward_options(taskset.reward_fn, taskset.reward_fn_args)
