@@ -174,3 +174,21 @@ def test_packing_counts_spread_trainers_and_best_fit_engines() -> None:
     assert unpackable_groups(0, 4, 4, 2, 8) == ""
     assert unpackable_groups(2, 3, 2, 1, 8) == ""
     assert unpackable_groups(20, 0, 1, 2, 8) == "the trainer's 20 ranks"
+
+
+def test_devices_are_checked_node_by_node_against_what_each_node_offers() -> None:
+    """8 asked per node passes a total of 8 offered, but no node has 8: the keys that fix it are named."""
+    accel = load_plugin(plugins.FakeAccel("zeta", 100, key="ZETA"), expected_name="zeta")
+    nodes = [{"ZETA": 4.0, "CPU": 16.0}, {"ZETA": 4.0, "CPU": 16.0}]
+    total = {"ZETA": 8.0, "CPU": 32.0}
+    with pytest.raises(ConfigError, match=r"^cluster\.gpu_per_node: 8 ZETA per node, but no node of the Ray cluster "
+                                          r"offers that many \(its nodes offer 4, 4\); set cluster\.gpu_per_node: 4"):
+        resolve_layout(plan({"cluster.node_num": 1, "cluster.gpu_per_node": 8}), accel, total, nodes)
+    with pytest.raises(ConfigError, match=r"^cluster\.node_num: 3 node\(s\) of 1 ZETA, but the Ray cluster has 2 such"):
+        resolve_layout(plan({"cluster.node_num": 3, "cluster.gpu_per_node": 1}), accel, total, nodes)
+    fits = resolve_layout(plan({"cluster.node_num": 2, "cluster.gpu_per_node": 4, f"{VLLM}.engine_type": "vllm",
+                                f"{VLLM}.tensor_parallel_size": 4}), accel, total, nodes)
+    assert (fits.nodes, fits.engines, fits.trainers) == (2, 1, 4)
+    detected = resolve_layout(plan({"cluster.node_num": 0, "cluster.gpu_per_node": 0, f"{VLLM}.engine_type": "vllm",
+                                    f"{VLLM}.tensor_parallel_size": 4}), accel, total, nodes)
+    assert (detected.nodes, detected.devices_per_node) == (2, 4)

@@ -177,7 +177,8 @@ def _layout(plan: RunPlan, backend: Backend, cluster_resources: Mapping[str, flo
             "node; an engine must fit on one node"
         )
     if nodes or cluster_resources:
-        _check_cluster(plan, key, engines=engines, tp=tp, trainers=trainers, node_num=node_num, per_node=per_node,
+        _check_cluster(plan, key, nodes, engines=engines, tp=tp, trainers=trainers, node_num=node_num,
+                       per_node=per_node,
                        cluster_resources=cluster_resources, explorer_devices=explorer_devices)
     return Layout(
         resource_key=key, engine_type=engine_type, devices_per_engine=tp, engines=engines, trainers=trainers,
@@ -218,9 +219,10 @@ def _cluster_size(plan: RunPlan, backend: Backend, nodes: Sequence[Mapping[str, 
     return node_num or found_nodes, per_node or found_devices, "detected from the cluster"
 
 
-def _check_cluster(plan: RunPlan, key: str | None, *, engines: int, tp: int, trainers: int, node_num: int,
-                   per_node: int, cluster_resources: Mapping[str, float], explorer_devices: int) -> None:
-    """Check the layout against what the Ray cluster has; raises ConfigError."""
+def _check_cluster(plan: RunPlan, key: str | None, nodes: Sequence[Mapping[str, float]], *, engines: int, tp: int,
+                   trainers: int, node_num: int, per_node: int, cluster_resources: Mapping[str, float],
+                   explorer_devices: int) -> None:
+    """Check the layout against what the Ray cluster has, in total and node by node; raises ConfigError."""
     cpus = plan.cluster.cpus_per_bundle
     bundles = explorer_devices + trainers
     if key is not None:
@@ -231,6 +233,9 @@ def _check_cluster(plan: RunPlan, key: str | None, *, engines: int, tp: int, tra
                 f"{' + auxiliary models' if plan.explorer.auxiliary else ''}) but the Ray cluster has {have:g}; "
                 "check `ray status`, or lower cluster.gpu_per_node / explorer.rollout_model.engine_num"
             )
+        offers = sorted((int(n.get(key, 0)) for n in nodes if int(n.get(key, 0)) > 0), reverse=True)
+        if offers:
+            _check_per_node(key, offers, node_num=node_num, per_node=per_node)
         unplaced = unpackable_groups(trainers, engines, tp, node_num, per_node)
         if unplaced:
             raise ConfigError(
@@ -243,6 +248,24 @@ def _check_cluster(plan: RunPlan, key: str | None, *, engines: int, tp: int, tra
         raise ConfigError(
             f"cluster.cpus_per_bundle: {bundles} bundle(s) x {cpus:g} CPU = {bundles * cpus:g} CPUs asked but the "
             f"Ray cluster has {have_cpus:g}; lower cluster.cpus_per_bundle, cluster.gpu_per_node or the engines"
+        )
+
+
+def _check_per_node(key: str, offers: list[int], *, node_num: int, per_node: int) -> None:
+    """Refuse ``gpu_per_node`` / ``node_num`` beyond what the cluster's nodes offer (each node's ``key`` count)."""
+    listing = ", ".join(str(o) for o in offers)
+    if per_node > offers[0]:
+        raise ConfigError(
+            f"cluster.gpu_per_node: {per_node} {key} per node, but no node of the Ray cluster offers that many (its "
+            f"nodes offer {listing}); set cluster.gpu_per_node: {offers[0]} (or 0 to detect it), and if the run then "
+            "needs more devices than that, lower explorer.rollout_model.engine_num or tensor_parallel_size"
+        )
+    enough = [o for o in offers if o >= per_node]
+    if node_num > len(enough):
+        raise ConfigError(
+            f"cluster.node_num: {node_num} node(s) of {per_node} {key}, but the Ray cluster has {len(enough)} such "
+            f"node(s) (its nodes offer {listing}); set cluster.node_num: {len(enough)} (or 0 to detect it), or lower "
+            "cluster.gpu_per_node"
         )
 
 
