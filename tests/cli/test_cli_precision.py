@@ -74,7 +74,8 @@ def test_a_dtype_the_device_cannot_do_is_refused_in_the_dry_run(trinity: Runner,
 def test_a_run_is_refused_before_ray_is_contacted(trinity: Runner, tmp_path: Path) -> None:
     # nothing answers at the Ray address: reaching Ray would end the run with another error
     config = write(tmp_path, GOOD + "cluster:\n  device: halfdev\n  ray_address: 127.0.0.1:1\n"
-                   "explorer:\n  rollout_model:\n    dtype: fp32\n")
+                   "explorer:\n  rollout_model:\n    dtype: fp32\ncheckpoint_root_dir: ROOT/ckpt\n")
     result = trinity("run", "--config", str(config), timeout=120)
     assert result.returncode == 2
     assert "explorer.rollout_model.dtype: dtype float32 is not supported on the halfdev backend" in result.error_line()
+    assert not (tmp_path / "ckpt").exists(), "a refused run leaves no run folder (nor its lock files) behind"

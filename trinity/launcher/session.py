@@ -100,11 +100,12 @@ def open_session(plan: RunPlan) -> Session:
 
     plan = fresh_run_dir(plan)
     with contextlib.ExitStack() as undo:
-        lock = lock_run_folder(plan.run_dir, plan.mode)  # before anything is written into the run folder
-        undo.callback(lock.release)
+        # config and address checks first: a refused run leaves no run folder behind
         preflight(plan)  # files and folders, before Ray starts: one line on the first problem
         check_named_backend(plan)  # a dtype an explicitly chosen device cannot compute in, before Ray starts
         check_address(plan.cluster.ray_address)  # an address where no Ray cluster listens, before the model is built
+        lock = lock_run_folder(plan.run_dir, plan.mode)  # before anything is written into the run folder
+        undo.callback(lock.release)
         model = plan.model
         if model.tiny is not None and not (Path(model.path) / "config.json").is_file():
             from trinity.common.models.tiny import build_tiny_model
