@@ -19,7 +19,7 @@ TRINITY = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "trinit
 #: Every field of a backend in ``trinity backends list --json``.
 ROW_FIELDS = frozenset({
     "name", "distribution", "version", "target", "status", "error", "priority", "device_type", "description",
-    "spec_version", "available", "device_count", "reason", "ray_resource_key", "collective_backend",
+    "spec_version", "available", "device_count", "reason", "probe_cut_off", "ray_resource_key", "collective_backend",
     "visible_devices_env", "compile_supported", "compile_reason", "selected", "cluster_offer",
 })
 

@@ -178,7 +178,29 @@ def test_a_hanging_probe_is_cut_off_by_the_timeout(trinity: Runner, site: Path) 
     assert elapsed < 8, f"list took {elapsed:.1f} s with a 1 s probe timeout"
     rows = result.rows()
     assert (rows["stuck"]["available"], rows["stuck"]["reason"]) == (False, "probe did not answer within 1 s")
+    assert rows["stuck"]["probe_cut_off"] is True and rows["okdev"]["probe_cut_off"] is False
     assert_usable(rows, "cpu", "okdev")
+
+
+def test_a_slow_probe_is_named_and_a_named_device_does_not_wait_for_it(trinity: Runner, site: Path) -> None:
+    """The closing figure: `backends list` with a hanging probe installed, auto vs TRINITY_DEVICE=cpu."""
+    add_backend(site, "stuck", extra="import time\n@hookimpl\ndef trinity_probe():\n    time.sleep(600)\n")
+    started = time.monotonic()
+    auto = trinity("backends", "list", TRINITY_PROBE_TIMEOUT="4")
+    auto_s = time.monotonic() - started
+    assert auto.returncode == 0 and auto_s >= 4, auto.stderr
+    note = next(line for line in auto.stdout.splitlines() if line.startswith("stuck: SLOW: "))
+    assert "probe did not answer within 4 s" in note and "fix or uninstall fake-backend-stuck" in note
+    assert "lower TRINITY_PROBE_TIMEOUT" in note
+    warning = auto.stderr.strip().splitlines()[0]
+    assert warning.startswith("trinity: warning: device backend 'stuck' (fake-backend-stuck): its probe did not")
+    started = time.monotonic()
+    named = trinity("backends", "list", TRINITY_PROBE_TIMEOUT="4", TRINITY_DEVICE="cpu")
+    named_s = time.monotonic() - started
+    assert named.returncode == 0 and named_s < auto_s - 2, (named_s, auto_s)
+    note = next(line for line in named.stdout.splitlines() if line.startswith("stuck: SLOW: "))
+    assert "(not waited for longer: TRINITY_DEVICE=cpu names the device" in note
+    assert "Traceback" not in named.stderr + auto.stderr
 
 
 def test_a_malformed_probe_timeout_is_one_line(trinity: Runner) -> None:

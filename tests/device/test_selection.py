@@ -130,8 +130,11 @@ def test_explicit_choice_is_satisfied_by_the_cluster() -> None:
     found = records(plugins.FakeAccel("npu", 100, available=False, key="NPU"))
     chosen = select(found, choice="npu", environ={}, cluster_resources={"NPU": 8.0})
     assert chosen.name == "npu" and "Ray cluster offers NPU: 8" in chosen.reason
-    with pytest.raises(BackendUnavailableError):
+    with pytest.raises(BackendUnavailableError, match=r"nor does the Ray cluster offer any NPU"):
         select(found, choice="npu", environ={}, cluster_resources={"GPU": 8.0})
+    with pytest.raises(BackendUnavailableError) as no_cluster:  # no cluster read: nothing said about one
+        select(found, choice="npu", environ={})
+    assert "Ray cluster" not in str(no_cluster.value)
 
 
 def test_cpu_only_cluster_selects_cpu() -> None:

@@ -50,13 +50,20 @@ def _available_cell(row: BackendRow) -> str:
     return "yes" if row["available"] else "no"
 
 
+_SLOW = ("every auto device selection and `trinity backends list` waits up to TRINITY_PROBE_TIMEOUT (default 10 s) "
+         "for it: name the device you use (TRINITY_DEVICE or cluster.device) so no other backend is probed, fix or "
+         "uninstall {distribution}, or lower TRINITY_PROBE_TIMEOUT")
+
+
 def _notes(row: BackendRow) -> list[str]:
     """Return the one-line explanations printed under the table for ``row``."""
     name = row["name"]
     if row["status"] != "ok":
         return [f"{name}: broken: {row['error']}"]
     notes = []
-    if not row["available"]:
+    if row.get("probe_cut_off"):
+        notes.append(f"{name}: SLOW: {row['reason']}; " + _SLOW.format(name=name, distribution=row["distribution"]))
+    elif not row["available"]:
         notes.append(f"{name}: not available: {row['reason'] or 'the probe gave no reason'}")
     if row["compile_supported"] is False or (row["compile_supported"] is None and row["compile_reason"]):
         notes.append(f"{name}: torch.compile not supported: {row['compile_reason'] or 'no reason given'}")

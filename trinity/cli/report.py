@@ -52,6 +52,8 @@ class BackendRow(TypedDict):
     device_count: int | None
     #: Why it is not available (or the probe's note); null when there is nothing to say.
     reason: str | None
+    #: Whether the probe was cut off by ``TRINITY_PROBE_TIMEOUT`` (every auto selection waits for it).
+    probe_cut_off: bool | None
     #: Ray resource that schedules one device (``GPU``, ``NPU``); null when none (CPU).
     ray_resource_key: str | None
     #: torch.distributed backend for device tensors (``nccl``, ``hccl``, ``gloo``).
@@ -155,6 +157,10 @@ class CheckReport(TypedDict):
     ok: bool
 
 
+#: Seconds ``backends list`` waits for the other backends' probes when ``TRINITY_DEVICE`` names the device.
+NAMED_DEVICE_GRACE_S = 1.0
+
+
 @dataclass(frozen=True)
 class Gathered:
     """Records, their probes and the selection, as found in this process."""
@@ -169,6 +175,8 @@ class Gathered:
     probe_timeout_s: float
     #: The Ray cluster read for the selection; None when no address was given.
     cluster: ClusterView | None = None
+    #: The backend ``TRINITY_DEVICE`` names (the others' probes got :data:`NAMED_DEVICE_GRACE_S`); None: auto.
+    named_device: str | None = None
 
 
 def gather(address: str | None = None) -> Gathered:
@@ -197,7 +205,12 @@ def gather(address: str | None = None) -> Gathered:
     for backend in loaded:
         backend.start_probe()  # the probes run while the cluster is read
     cluster = read_cluster(address)
-    device_selection.probe_all(loaded, timeout_s)
+    named = device_selection.normalise_choice(os.environ.get(device_selection.DEVICE_ENV))
+    if named:  # the device is named: the others are shown, but not waited for beyond a short grace
+        others = [b for b in loaded if b.name != named]
+        device_selection.probe_all(others, min(timeout_s, NAMED_DEVICE_GRACE_S))
+    else:
+        device_selection.probe_all(loaded, timeout_s)
     resources = cluster.resources if cluster is not None and cluster.connected else None
     chosen: Selection | None = None
     error: DeviceError | None = None
@@ -205,7 +218,7 @@ def gather(address: str | None = None) -> Gathered:
         chosen = facade.select_backend(cluster_resources=resources)
     except DeviceError as exc:
         error = exc
-    return Gathered(records, chosen, error, timeout_s, cluster)
+    return Gathered(records, chosen, error, timeout_s, cluster, named)
 
 
 def cluster_json(found: Gathered) -> ClusterJSON | None:
@@ -242,6 +255,13 @@ def listing(found: Gathered) -> Listing:
     }
 
 
+def _probe_reason(reason: str, cut_short: bool, found: Gathered) -> str | None:
+    if cut_short and found.named_device:
+        return (f"{reason} (not waited for longer: TRINITY_DEVICE={found.named_device} names the device; unset it to "
+                f"give each probe {found.probe_timeout_s:g} s)")
+    return reason or None
+
+
 def backend_row(record: BackendRecord, found: Gathered) -> BackendRow:
     """Return what is known about ``record``: static facts, probe, compile support, selection."""
     backend = record.backend if record.status == "ok" else None
@@ -250,7 +270,7 @@ def backend_row(record: BackendRecord, found: Gathered) -> BackendRow:
             "name": record.name, "distribution": record.distribution, "version": record.version or None,
             "target": record.target, "status": record.status, "error": record.error or "unknown error",
             "priority": None, "device_type": None, "description": None, "spec_version": None,
-            "available": None, "device_count": None, "reason": None, "ray_resource_key": None,
+            "available": None, "device_count": None, "reason": None, "probe_cut_off": None, "ray_resource_key": None,
             "collective_backend": None, "visible_devices_env": None, "compile_supported": None,
             "compile_reason": None, "selected": False, "cluster_offer": None,
         }
@@ -270,7 +290,8 @@ def backend_row(record: BackendRecord, found: Gathered) -> BackendRow:
         "spec_version": info.spec_version,
         "available": probe.available,
         "device_count": probe.device_count,
-        "reason": probe.reason or None,
+        "reason": _probe_reason(probe.reason, backend.probe_cut_off and record.name != found.named_device, found),
+        "probe_cut_off": backend.probe_cut_off,
         "ray_resource_key": info.ray_resource_key,
         "collective_backend": info.collective_backend,
         "visible_devices_env": info.visible_devices_env,

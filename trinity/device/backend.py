@@ -115,6 +115,7 @@ class Backend:
         self._probe_lock = threading.Lock()
         self._probe_done: threading.Event | None = None
         self._probe_started = 0.0
+        self._probe_cut_off = False
         self._resolved: dict[str, Callable[..., Any]] = {}
         for hook_name in spec.SINGLE_ANSWER_HOOKS:
             self._resolved[hook_name] = self._resolve(hook_name)
@@ -166,6 +167,9 @@ class Backend:
         this never raises.
         """
         self.start_probe()
+        with self._probe_lock:
+            if self._probe is not None:  # answered, or already cut off: a verdict is never waited for again
+                return self._probe
         done = self._probe_done
         if done is not None:
             done.wait(max(0.0, self._probe_started + timeout_s - time.monotonic()))
@@ -173,7 +177,13 @@ class Backend:
             if self._probe is None:
                 # The verdict sticks: a late answer must not change what was already decided.
                 self._probe = ProbeResult.unavailable(f"probe did not answer within {timeout_s:g} s")
+                self._probe_cut_off = True
             return self._probe
+
+    @property
+    def probe_cut_off(self) -> bool:
+        """Whether the probe was cut off by its time limit (the backend cost every caller that wait)."""
+        return self._probe_cut_off
 
     def _run_probe(self) -> None:
         try:

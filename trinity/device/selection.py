@@ -161,8 +161,21 @@ def _explicit(
             f"{name} requested by the {where}; not usable on this node ({probe.reason}) "
             f"but the Ray cluster offers {key}: {cluster_resources[key]:g}",
         )
+    offer = ""
+    if cluster_resources is not None and key:
+        offer = f"; nor does the Ray cluster offer any {key} (`ray status` lists what its nodes offer)"
     raise BackendUnavailableError(
-        f"device backend {name!r} was requested by the {where} but is not available: {probe.reason}"
+        f"device backend {name!r} was requested by the {where} but is not available: {probe.reason}{offer}"
+    )
+
+
+def slow_probe_advice(name: str, distribution: str, timeout_s: float) -> str:
+    """Return the line saying that backend ``name``'s probe was cut off, what that costs, and what to do."""
+    return (
+        f"device backend {name!r} ({distribution}): its probe did not answer within {timeout_s:g} s, and every "
+        f"`trinity backends list` and auto device selection waits that long for it; name the device you use "
+        f"({DEVICE_ENV}=..., or cluster.device) so no other backend is probed, fix or uninstall {distribution}, "
+        f"or lower {PROBE_TIMEOUT_ENV}"
     )
 
 
@@ -179,6 +192,9 @@ def _auto(
 ) -> Selection:
     backends = [r.backend for r in records.values() if r.status == "ok" and r.backend is not None]
     probe_all(backends, timeout_s)
+    for record in records.values():
+        if record.backend is not None and record.backend.probe_cut_off:
+            logger.warning("%s", slow_probe_advice(record.name, record.distribution, timeout_s))
     broken = sorted(name for name, r in records.items() if r.status != "ok")
     if broken:
         logger.warning(
