@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import shutil
 import tempfile
 
 import nox
@@ -70,9 +71,10 @@ def wheels(session: nox.Session) -> None:
     """Build the three wheels, install them into a clean venv, check `trinity backends list` sees all."""
     session.install("build>=1.2")
     dist = ROOT / "dist"
+    shutil.rmtree(dist, ignore_errors=True)  # an older release's wheels must not be installed beside these
     for project in (".", *BACKENDS):
         session.run("python", "-m", "build", "--wheel", "--outdir", str(dist), project)
-    built = sorted(str(p) for p in dist.glob("trinity_*-0.1.0-*.whl"))
+    built = sorted(str(p) for p in dist.glob("trinity_*-*.whl"))
     session.log("built: %s", ", ".join(pathlib.Path(p).name for p in built))
     with tempfile.TemporaryDirectory() as tmp:
         venv = pathlib.Path(tmp) / "venv"

@@ -134,6 +134,8 @@ class CleanVenv:
         _ok(_run([*pip, "wheel", "-q", "--no-deps", *isolation, "-w", str(wheels), str(ROOT), str(EXAMPLE)]))
         (core,) = wheels.glob("trinity_rft-*.whl")
         (acme,) = wheels.glob("trinity_backend_acme-*.whl")
+        self.acme_wheel = acme
+        self.pip = pip
         light = [r for r in _runtime_requirements(core) if _requirement_name(r) != "torch"]
         env_dir = root / "venv"
         venv.EnvBuilder(with_pip=False).create(env_dir)
@@ -212,3 +214,34 @@ def test_asked_for_without_devices_fails_with_the_probe_reason(clean_venv: Clean
     assert lines[0].startswith("trinity: error: ") and reason in lines[0], lines[0]
     if listing:
         assert listing["selected"] is None and reason in listing["selection_error"]
+
+
+def _metadata_only_wheel(folder: Path, name: str, version: str) -> Path:
+    """Write a wheel of distribution ``name`` that holds nothing but its metadata (an older release's stand-in)."""
+    stem = f"{name.replace('-', '_')}-{version}"
+    wheel = folder / f"{stem}-py3-none-any.whl"
+    info = f"{stem}.dist-info"
+    files = {
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for path, text in files.items():
+            archive.writestr(path, text)
+        archive.writestr(f"{info}/RECORD", "".join(f"{path},,\n" for path in [*files, f"{info}/RECORD"]))
+    return wheel
+
+
+@pytest.mark.slow
+def test_a_spec_2_backend_is_refused_at_install_by_an_older_core(clean_venv: CleanVenv, tmp_path: Path) -> None:
+    """pip, not the loader, keeps the example (spec 2) off trinity-rft 0.1, which speaks spec 1 only."""
+    older_core = _metadata_only_wheel(tmp_path, "trinity-rft", "0.1.0")
+    env_dir = tmp_path / "old-core"
+    venv.EnvBuilder(with_pip=False).create(env_dir)
+    python = str(env_dir / "bin" / "python")
+    _ok(_run([*clean_venv.pip, "--python", python, "install", "-q", "--no-index", str(older_core)]))
+    done = _run([*clean_venv.pip, "--python", python, "install", "--no-index", str(clean_venv.acme_wheel)])
+    assert done.returncode != 0, done.stdout
+    assert "trinity-rft<0.3,>=0.2" in done.stdout + done.stderr, done.stderr
+    listed = _run([*clean_venv.pip, "--python", python, "list", "--format=freeze"])
+    assert "trinity-backend-acme" not in listed.stdout

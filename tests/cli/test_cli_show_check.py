@@ -6,7 +6,7 @@ from pathlib import Path
 
 from tests.cli._runner import ROW_FIELDS, Runner
 from tests.fakedist import add_backend, write_distribution
-from trinity.device.spec import SINGLE_ANSWER_HOOKS
+from trinity.device.spec import HOOKS_ADDED_IN, SINGLE_ANSWER_HOOKS, SPEC_VERSION
 
 
 def test_show_cpu(trinity: Runner) -> None:
@@ -30,7 +30,8 @@ def test_show_json_tells_own_hooks_from_defaults(trinity: Runner) -> None:
     assert result.returncode == 0, result.stderr
     document = result.json()
     assert set(document) == ROW_FIELDS | {
-        "worker_env_prefixes", "process_group_backend", "hooks", "selection", "selection_error", "cluster"}
+        "worker_env_prefixes", "process_group_backend", "hooks", "selection", "selection_error", "cluster",
+        "dtypes", "attention", "newer_hooks_defaulted"}
     assert document["name"] == "okdev" and document["worker_env_prefixes"] == ["OKDEV_"]
     assert document["hooks"] == {
         **{hook: "default" for hook in SINGLE_ANSWER_HOOKS},
@@ -38,6 +39,47 @@ def test_show_json_tells_own_hooks_from_defaults(trinity: Runner) -> None:
         "trinity_probe": "backend",
         "trinity_doctor": "default",
     }
+
+
+def test_show_prints_the_dtype_and_attention_answers_and_who_gave_them(trinity: Runner, site: Path) -> None:
+    add_backend(site, "halfdev", extra="""
+        from trinity.device import AttentionChoice, DtypeSupport
+
+
+        @hookimpl
+        def trinity_supported_dtypes():
+            return DtypeSupport(("bfloat16", "float32"), unsupported={"float16": "no float16 units; use bfloat16"})
+
+
+        @hookimpl
+        def trinity_attention_implementation(dtype):
+            return AttentionChoice("eager", f"no fused attention in {dtype}")
+        """)
+    result = trinity("backends", "show", "halfdev")
+    assert result.returncode == 0, result.stderr
+    fields = {key: value.strip() for key, value in (
+        line.split(":", 1) for line in result.stdout.splitlines() if not line.startswith(" ") and ":" in line)}
+    assert fields["spec version"] == str(SPEC_VERSION)
+    assert fields["dtypes"] == "bfloat16 (preferred); float32; not float16: no float16 units; use bfloat16"
+    assert fields["attention"] == "eager in bfloat16 (no fused attention in bfloat16)"
+    document = trinity("backends", "show", "okdev", "--json").json()  # answered by the core's defaults
+    assert document["dtypes"]["answered_by"] == document["attention"]["answered_by"] == "default"
+    assert document["dtypes"]["supported"][0] == document["attention"]["dtype"] == "float32"
+    assert document["newer_hooks_defaulted"] == []
+
+
+def test_a_backend_written_for_an_older_spec_is_flagged(trinity: Runner, site: Path) -> None:
+    add_backend(site, "olddev", spec_version="1")
+    shown = trinity("backends", "show", "olddev")
+    assert shown.returncode == 0, shown.stderr
+    spec_line = next(line for line in shown.stdout.splitlines() if line.startswith("spec version:"))
+    added = [hook for hook, since in HOOKS_ADDED_IN.items() if since > 1]
+    assert f"1 (OLDER than this trinity-rft's spec {SPEC_VERSION}: {', '.join(added)} answered by" in spec_line
+    assert trinity("backends", "show", "olddev", "--json").json()["newer_hooks_defaulted"] == added
+    listed = trinity("backends", "list")
+    assert (f"olddev: written for DeviceBackend spec 1, older than this trinity-rft's {SPEC_VERSION}; "
+            "`trinity backends show olddev` lists") in listed.stdout
+    assert "okdev: written for" not in listed.stdout
 
 
 def test_show_a_broken_backend(trinity: Runner, site: Path) -> None:

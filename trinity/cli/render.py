@@ -13,6 +13,7 @@ from typing import TextIO
 
 from trinity.cli.cluster_view import describe_offer
 from trinity.cli.report import BackendDetails, BackendRow, CheckReport, ClusterJSON, Listing, SelectedJSON
+from trinity.device.spec import SPEC_VERSION
 
 #: Table width used when stdout is not a terminal (a pipe, a file) and ``COLUMNS`` is unset.
 PIPE_WIDTH = 160
@@ -65,6 +66,10 @@ def _notes(row: BackendRow) -> list[str]:
         notes.append(f"{name}: SLOW: {row['reason']}; " + _SLOW.format(name=name, distribution=row["distribution"]))
     elif not row["available"]:
         notes.append(f"{name}: not available: {row['reason'] or 'the probe gave no reason'}")
+    if row["spec_version"] is not None and row["spec_version"] < SPEC_VERSION:
+        notes.append(f"{name}: written for DeviceBackend spec {row['spec_version']}, older than this trinity-rft's "
+                     f"{SPEC_VERSION}; `trinity backends show {name}` lists the newer hooks left to the core's "
+                     "defaults")
     if row["compile_supported"] is False or (row["compile_supported"] is None and row["compile_reason"]):
         notes.append(f"{name}: torch.compile not supported: {row['compile_reason'] or 'no reason given'}")
     return notes
@@ -150,7 +155,7 @@ def print_details(doc: BackendDetails, file: TextIO | None = None) -> None:
             ("description", doc["description"] or _NONE),
             ("device type", doc["device_type"]),
             ("priority", doc["priority"]),
-            ("spec version", doc["spec_version"]),
+            ("spec version", _spec_cell(doc)),
             ("available", available),
             ("ray resource", doc["ray_resource_key"] or "none"),
             ("collective", doc["collective_backend"]),
@@ -158,6 +163,8 @@ def print_details(doc: BackendDetails, file: TextIO | None = None) -> None:
             ("visible devices", doc["visible_devices_env"] or "none"),
             ("worker env", ", ".join(f"{p}*" for p in doc["worker_env_prefixes"] or []) or "none"),
             ("torch.compile", _yes_no(doc["compile_supported"], doc["compile_reason"])),
+            ("dtypes", _dtypes_cell(doc)),
+            ("attention", _attention_cell(doc)),
             ("selected", selected),
         ]
         if doc["cluster"] is not None and doc["cluster"]["address"] is not None and doc["ray_resource_key"]:
@@ -175,6 +182,43 @@ def print_details(doc: BackendDetails, file: TextIO | None = None) -> None:
     if cluster is not None:
         print(cluster, file=out)
     print(selection_line(doc['selection'], doc['selection_error']), file=out)
+
+
+def _spec_cell(doc: BackendDetails) -> str:
+    written_for = doc["spec_version"]
+    if written_for is None or written_for >= SPEC_VERSION:
+        return str(written_for)
+    defaulted = doc["newer_hooks_defaulted"] or []
+    left = f": {', '.join(defaulted)} answered by the core's defaults" if defaulted else ""
+    return (f"{written_for} (OLDER than this trinity-rft's spec {SPEC_VERSION}{left}; "
+            "see docs/backends.md#spec-versions)")
+
+
+def _by_default(answered_by: str) -> str:
+    return " [core default]" if answered_by == "default" else ""
+
+
+def _dtypes_cell(doc: BackendDetails) -> str:
+    dtypes = doc["dtypes"]
+    if dtypes is None:
+        return _NONE
+    if not dtypes["supported"]:
+        return dtypes["note"] + _by_default(dtypes["answered_by"])
+    first, *rest = dtypes["supported"]
+    parts = [f"{first} (preferred)", *rest]
+    parts += [f"not {name}: {why}" for name, why in dtypes["unsupported"].items()]
+    note = f" ({dtypes['note']})" if dtypes["note"] else ""
+    return "; ".join(parts) + note + _by_default(dtypes["answered_by"])
+
+
+def _attention_cell(doc: BackendDetails) -> str:
+    attention = doc["attention"]
+    if attention is None:
+        return _NONE
+    if not attention["implementation"]:
+        return attention["reason"] + _by_default(attention["answered_by"])
+    why = f" ({attention['reason']})" if attention["reason"] else ""
+    return f"{attention['implementation']} in {attention['dtype']}{why}" + _by_default(attention["answered_by"])
 
 
 _OWNERS = {

@@ -127,6 +127,38 @@ class BackendDetails(BackendRow):
     selection_error: str | None
     #: The Ray cluster read with ``--address``/``RAY_ADDRESS``; null without.
     cluster: ClusterJSON | None
+    #: The dtypes models compute in (spec 2's ``trinity_supported_dtypes``); null for a broken backend.
+    dtypes: DtypesJSON | None
+    #: The attention kernel for the preferred dtype (spec 2's ``trinity_attention_implementation``).
+    attention: AttentionJSON | None
+    #: Hooks added after the spec the backend was written for that it leaves to the core's defaults.
+    newer_hooks_defaulted: list[str] | None
+
+
+class DtypesJSON(TypedDict):
+    """A backend's dtype answer as ``backends show --json`` prints it."""
+
+    #: Dtypes models compute in, the preferred first; empty when the hook failed.
+    supported: list[str]
+    #: Why a dtype is not supported, by name.
+    unsupported: dict[str, str]
+    #: The backend's remark on how it answered, or the hook's error; empty when none.
+    note: str
+    #: Who answered: ``backend`` or ``default``.
+    answered_by: str
+
+
+class AttentionJSON(TypedDict):
+    """A backend's attention answer for one dtype."""
+
+    #: The dtype asked about (the preferred one).
+    dtype: str
+    #: ``attn_implementation`` models are loaded with; empty when the hook failed.
+    implementation: str
+    #: Why (or the hook's error).
+    reason: str
+    #: Who answered: ``backend`` or ``default``.
+    answered_by: str
 
 
 class CheckJSON(TypedDict):
@@ -316,6 +348,7 @@ def details(record: BackendRecord, found: Gathered) -> BackendDetails:
         hooks["trinity_doctor"] = "backend+default" if backend.implements("trinity_doctor") else "default"
         prefixes = list(backend.info.worker_env_prefixes)
         process_group = process_group_backend_for(backend)
+    dtypes, attention = _precision_answers(backend) if backend is not None else (None, None)
     return {
         **backend_row(record, found),
         "worker_env_prefixes": prefixes,
@@ -324,7 +357,45 @@ def details(record: BackendRecord, found: Gathered) -> BackendDetails:
         "selection": selected_json(found),
         "selection_error": _one_line(found.selection_error),
         "cluster": cluster_json(found),
+        "dtypes": dtypes,
+        "attention": attention,
+        "newer_hooks_defaulted": newer_hooks_defaulted(backend) if backend is not None else None,
     }
+
+
+def newer_hooks_defaulted(backend: Backend) -> list[str]:
+    """Return the hooks added after ``backend``'s spec version that it leaves to the core's defaults."""
+    from trinity.device.spec import HOOKS_ADDED_IN
+
+    return [name for name, since in HOOKS_ADDED_IN.items()
+            if since > backend.info.spec_version and not backend.implements(name)]
+
+
+def _precision_answers(backend: Backend) -> tuple[DtypesJSON, AttentionJSON]:
+    """Ask ``backend`` its dtypes and its attention kernel for the preferred dtype; a failing hook is shown."""
+    def owner(hook: str) -> str:
+        return "backend" if backend.implements(hook) else "default"
+
+    try:
+        support = backend.supported_dtypes()
+    except Exception as exc:  # noqa: BLE001 - a vendor hook's failure is what the user came to see
+        failed = f"trinity_supported_dtypes raised {type(exc).__name__}: {_one_line(exc)}"
+        dtypes: DtypesJSON = {"supported": [], "unsupported": {}, "note": failed,
+                              "answered_by": owner("trinity_supported_dtypes")}
+        preferred = "float32"
+    else:
+        dtypes = {"supported": list(support.supported), "unsupported": dict(support.unsupported),
+                  "note": support.note, "answered_by": owner("trinity_supported_dtypes")}
+        preferred = support.preferred
+    attention: AttentionJSON = {"dtype": preferred, "implementation": "", "reason": "",
+                                "answered_by": owner("trinity_attention_implementation")}
+    try:
+        choice = backend.attention_implementation(preferred)
+    except Exception as exc:  # noqa: BLE001 - as above
+        attention["reason"] = f"trinity_attention_implementation raised {type(exc).__name__}: {_one_line(exc)}"
+    else:
+        attention["implementation"], attention["reason"] = choice.implementation, choice.reason
+    return dtypes, attention
 
 
 def find_record(records: Sequence[BackendRecord], name: str) -> BackendRecord:

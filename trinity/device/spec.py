@@ -53,6 +53,24 @@ ENTRY_POINT_GROUP = "trinity.backends"
 SPEC_VERSION = 2
 #: Oldest contract version a backend may target and still be loaded.
 MIN_SPEC_VERSION = 1
+#: The first trinity-rft release speaking each spec version: a backend written for spec N depends on
+#: ``trinity-rft>=0.N`` so that pip, not the loader, refuses an older core. The core's minor version moves with
+#: the spec while the major version is 0.
+FIRST_CORE_BY_SPEC = {1: "0.1", 2: "0.2"}
+#: The spec version that added each hook after the first; a backend written for an older spec gets the core's
+#: default for these unless it implements them.
+HOOKS_ADDED_IN = {
+    "trinity_stateless_process_group": 2,
+    "trinity_supported_dtypes": 2,
+    "trinity_attention_implementation": 2,
+}
+
+
+def core_requirement(spec_version: int) -> str:
+    """Return the requirement on trinity-rft a backend written for ``spec_version`` declares."""
+    first = FIRST_CORE_BY_SPEC[spec_version]
+    major, minor = (int(part) for part in first.split("."))
+    return f"trinity-rft>={first},<{major}.{minor + 1}"
 #: Hooks a backend must implement itself (no default exists).
 REQUIRED_HOOKS = ("trinity_backend_info", "trinity_probe")
 

@@ -18,7 +18,13 @@ from trinity.device import facade
 from trinity.device.backend import Backend
 from trinity.device.loader import load_plugin
 from trinity.device.selection import DEVICE_ENV, RESOLVED_ENV
-from trinity.device.spec import ENTRY_POINT_GROUP, MIN_SPEC_VERSION, SPEC_VERSION
+from trinity.device.spec import (
+    ENTRY_POINT_GROUP,
+    FIRST_CORE_BY_SPEC,
+    MIN_SPEC_VERSION,
+    SPEC_VERSION,
+    core_requirement,
+)
 from trinity.device.types import (
     AttentionChoice,
     CollectiveGroup,
@@ -44,6 +50,7 @@ _ENTRY_POINT = "the-entry-point"
 _BROKEN = "when-a-backend-is-broken"
 _GROUPS = "weight-sync-groups"
 _DTYPES = "optional-hooks-and-their-defaults"
+_SPECS = "spec-versions"
 
 
 def fix(what: str, section: str) -> str:
@@ -57,6 +64,33 @@ def _call(hooks: str, section: str, function: Callable[..., _T], *args: Any) -> 
         return function(*args)
     except Exception as exc:  # noqa: BLE001 - turned into a failure that names the hook
         pytest.fail(f"{type(exc).__name__}: {exc}; " + fix(f"implement or fix {hooks}", section))
+
+
+def core_requirement_problem(requires: list[str] | None, spec_version: int) -> str | None:
+    """Return what is wrong with a backend distribution's requirement on trinity-rft for ``spec_version``, or None.
+
+    A backend written for spec N must let pip refuse every trinity-rft that
+    does not speak N (those before ``FIRST_CORE_BY_SPEC[N]``) and accept the
+    core it is tested with.
+    """
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    from trinity import __version__ as core_version
+
+    found = [Requirement(line) for line in requires or ()]
+    on_core = [r for r in found if canonicalize_name(r.name) == "trinity-rft" and r.marker is None]
+    if not on_core:
+        return "the distribution does not depend on trinity-rft, so pip cannot keep it off a core too old for it"
+    specifier = on_core[0].specifier
+    older = [f"{FIRST_CORE_BY_SPEC[v]}.0" for v in FIRST_CORE_BY_SPEC if v < spec_version]
+    admitted = [v for v in older if specifier.contains(v, prereleases=True)]
+    if admitted:
+        return (f"it is written for spec {spec_version}, but its requirement {on_core[0]} admits trinity-rft "
+                f"{', '.join(admitted)}, which does not speak spec {spec_version}")
+    if not specifier.contains(core_version, prereleases=True):
+        return f"its requirement {on_core[0]} excludes the trinity-rft {core_version} it is being tested with"
+    return None
 
 
 def _fresh_backend(name: str) -> Backend:
@@ -155,6 +189,15 @@ class BackendConformance:
         for prefix in info.worker_env_prefixes:
             assert _ENV_NAME.match(prefix.rstrip("_") or "X"), bad(
                 "worker_env_prefixes", prefix, "environment variable prefixes such as 'HCCL_'")
+
+    def test_requires_the_core_that_speaks_its_spec(self, backend: Backend) -> None:
+        if self.backend_name == "cpu":
+            return  # shipped inside trinity-rft
+        (point,) = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == self.backend_name]
+        requires = point.dist.requires if point.dist is not None else None
+        problem = core_requirement_problem(requires, backend.info.spec_version)
+        assert problem is None, problem + "; " + fix(
+            f"declare {core_requirement(backend.info.spec_version)} in pyproject.toml's dependencies", _SPECS)
 
     def test_probe_without_device_explains_itself(self) -> None:
         probe = _fresh_backend(self.backend_name).probe()

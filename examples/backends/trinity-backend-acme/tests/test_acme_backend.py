@@ -108,3 +108,13 @@ def test_explicit_choice_without_device_fails_with_the_probe_reason(dev: Path, m
     monkeypatch.setenv("TRINITY_DEVICE", "acme")
     with pytest.raises(device.BackendUnavailableError, match="no Acme device found"):
         device.select_backend()
+
+
+def test_spec_2_answers_dtypes_and_attention(dev: Path) -> None:
+    backend = acme()
+    assert backend.info.spec_version == 2
+    support = backend.supported_dtypes()
+    assert support.preferred == "float32" and "bfloat16" in support.supported
+    assert "use bfloat16" in support.reason("float16")
+    assert backend.attention_implementation("bfloat16").implementation == "sdpa"
+    assert backend.implements("trinity_supported_dtypes") and backend.implements("trinity_attention_implementation")

@@ -6,7 +6,7 @@ standard library and ``trinity.device`` only. A real backend imports its
 torch extension inside the hooks that need the device, never up here.
 
 Only the two required hooks and the ones where Acme differs from the core's
-defaults are implemented. synchronize, empty_cache, memory_stats,
+defaults are implemented (spec 2's dtype and attention answers among them). synchronize, empty_cache, memory_stats,
 manual_seed, device_module, visible_devices_env and worker_env come from
 ``trinity.device.defaults``, driven by ``INFO``.
 """
@@ -17,9 +17,11 @@ import os
 import threading
 
 from trinity.device import (
+    AttentionChoice,
     BackendInfo,
     CompileSupport,
     DoctorCheck,
+    DtypeSupport,
     InvalidDeviceRequestError,
     ProbeResult,
     hookimpl,
@@ -28,7 +30,8 @@ from trinity_backend_acme import devices
 
 #: The DeviceBackend spec version this file was written against. A literal on
 #: purpose: taking trinity's SPEC_VERSION would claim every future spec too.
-WRITTEN_FOR_SPEC = 1
+#: pyproject.toml requires the core that speaks it (trinity-rft>=0.2 for spec 2).
+WRITTEN_FOR_SPEC = 2
 
 INFO = BackendInfo(
     name="acme",
@@ -108,6 +111,21 @@ def trinity_torch_compile_support() -> CompileSupport:
         supported=False,
         reason="the Acme toolchain has no TorchInductor backend yet; leave trainer.use_torch_compile unset or false",
     )
+
+
+@hookimpl
+def trinity_supported_dtypes() -> DtypeSupport:
+    """Spec 2: the dtypes Acme computes in, the preferred first (what ``dtype: auto`` becomes)."""
+    return DtypeSupport(
+        ("float32", "bfloat16"),
+        unsupported={"float16": "Acme's matrix units have no float16 path; use bfloat16 (same memory, wider range)"},
+    )
+
+
+@hookimpl
+def trinity_attention_implementation(dtype: str) -> AttentionChoice:
+    """Spec 2: the attention kernel models are loaded with (transformers' ``attn_implementation``)."""
+    return AttentionChoice("sdpa", f"Acme runs torch's scaled_dot_product_attention in {dtype}; no fused kernel yet")
 
 
 @hookimpl
