@@ -80,13 +80,19 @@ def test_serve_prints_its_urls_answers_openai_clients_loads_published_weights_an
         reply = client.chat.completions.create(model="rollout", messages=[{"role": "user", "content": "hi"}],
                                                max_tokens=4, temperature=0)
         assert reply.choices[0].model_extra["model_version"] == 3
+        served = {(m.model_extra["model_version"], m.model_extra["weights"]) for m in client.models.list().data}
+        assert served == {(3, f"the weights a train job published at step 3 ({run_dir / 'sync_weights'})")}
     except BaseException:
         process.kill()
         raise
     process.send_signal(signal.SIGINT)
     code, output = finish(process, log, timeout=120)
     assert code == 0, output[-3000:]
-    assert f"serving rollout engine 0: {endpoint['url']}" in output
+    assert (f"serving rollout engine 0: {endpoint['url']} (models: {model}, rollout; weights: the model folder "
+            f"{model} (no checkpoint yet), version 0)") in output
+    published = run_dir / "sync_weights"
+    assert f"serving from now on: the weights a train job published at step 3 ({published}), weights version 3" in (
+        output)
     assert "Traceback" not in output
     assert not (run_dir / "serve.json").exists()
     port = int(endpoint["url"].removesuffix("/v1").rsplit(":", 1)[1])

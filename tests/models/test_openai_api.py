@@ -228,6 +228,25 @@ def test_a_body_that_is_not_json_is_a_400(client: EngineClient) -> None:
 def test_models_lists_the_folder_and_the_group_name(client: EngineClient, taught: Path) -> None:
     models = client.get_openai_client().models.list()
     assert [m.id for m in models.data] == [str(taught), "rollout"]
+    assert {(m.model_extra["model_version"], m.model_extra["weights"]) for m in models.data} == {
+        (0, f"the model folder {taught}")}
+
+
+def test_models_and_health_name_the_weights_served(client: EngineClient, engine: HFEngine) -> None:
+    version = engine.model_version()
+    what = "checkpoint step-6 (/runs/r/checkpoints/step-6)"
+    engine.mark_served_weights(version, what)
+    try:
+        models = client.get_openai_client().models.list()
+        assert {m.model_extra["weights"] for m in models.data} == {what}
+        with urllib.request.urlopen(f"{client.openai_api()['url']}/health", timeout=10) as response:
+            health = json.loads(response.read())
+        assert (health["model_version"], health["weights"]) == (version, what)
+        engine.mark_served_weights(version + 1, "a description of other weights")  # not the version loaded
+        (first, _) = client.get_openai_client().models.list().data
+        assert first.model_extra["weights"] == f"the model folder {engine.model_path}"
+    finally:
+        engine._served_weights = None
 
 
 def test_forks_record_apart_and_dropping_the_client_drops_them_all(engine: HFEngine) -> None:

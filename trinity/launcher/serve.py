@@ -1,7 +1,9 @@
 """Mode ``serve``: the rollout engines' OpenAI API for programs outside the run, until stopped.
 
 Starts the rollout engines (and auxiliary models) with their API servers,
-prints each engine's URL and writes them to ``<run>/serve.json``. At once and
+prints each engine's URL (the rollout model's with the weights it serves:
+the checkpoint step and the weights version, as ``/v1/models`` and
+``/health`` also say) and writes them to ``<run>/serve.json``. At once and
 then every ``explorer.service_status_check_interval`` seconds it loads the
 run's newest weights when they are newer than the engines': those a ``train``
 job published through the checkpoint sync method (``<run>/sync_weights``),
@@ -87,7 +89,7 @@ def run_serve(session: Session) -> None:
         stack.callback(placement.remove)
         engines = start_engines(session, placement)
         stack.callback(engines.shutdown)
-        state = {"loaded": 0}
+        state: dict[str, Any] = {"loaded": 0, "what": f"the model folder {plan.model.path} (no checkpoint yet)"}
         skipped: set[int] = set()
 
         def refresh() -> None:
@@ -106,8 +108,12 @@ def run_serve(session: Session) -> None:
                         skipped.add(step)
                         continue
                 call_all(engines.rollout, "load_checkpoint_weights", str(folder), step)
-                state["loaded"] = step
-                logger.info("serve: engines now hold the weights of step %d (%s)", step, source)
+                what = (f"checkpoint step-{step} ({folder})" if source == "checkpoint"
+                        else f"the weights a train job published at step {step} ({sync_path})")
+                call_all(engines.rollout, "mark_served_weights", step, what)
+                state["loaded"], state["what"] = step, what
+                if "printed" in state:  # the first weights are named in the serving lines
+                    print(f"serving from now on: {what}, weights version {step}", flush=True)
                 return
 
         try:
@@ -119,9 +125,12 @@ def run_serve(session: Session) -> None:
             write_text_atomic(serve_file, json.dumps({"endpoints": endpoints}, indent=2) + "\n")
             stack.callback(serve_file.unlink, missing_ok=True)
             for endpoint in endpoints:
+                weights = (f"; weights: {state['what']}, version {state['loaded']}"
+                           if endpoint["model"] == "rollout" else "")
                 print(f"serving {endpoint['model']} engine {endpoint['engine']}: {endpoint['url']} "
-                      f"(models: {', '.join(endpoint['model_names'])})", flush=True)
+                      f"(models: {', '.join(endpoint['model_names'])}{weights})", flush=True)
             print(f"endpoints written to {serve_file}; Ctrl-C stops", flush=True)
+            state["printed"] = True
             while True:
                 time.sleep(interval)
                 refresh()

@@ -168,14 +168,16 @@ class ApiServer:
     async def _health(self, request: Any) -> Any:
         from starlette.responses import JSONResponse
 
-        return JSONResponse({"status": "ok", "model_version": self.engine.model_version(), "requests": self.served})
+        return JSONResponse({"status": "ok", **self.engine.served_weights(), "requests": self.served})
 
     async def _models(self, request: Any) -> Any:
         from starlette.responses import JSONResponse
 
         created = int(time.time())
+        served = self.engine.served_weights()  # beyond OpenAI's fields, as vLLM adds its own: what is served
         return JSONResponse({"object": "list", "data": [
-            {"id": name, "object": "model", "created": created, "owned_by": "trinity-rft"}
+            {"id": name, "object": "model", "created": created, "owned_by": "trinity-rft",
+             "root": self.settings.model_names[0], **served}
             for name in self.settings.model_names
         ]})
 

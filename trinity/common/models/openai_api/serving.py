@@ -57,6 +57,23 @@ class ServesOpenAI:
     _api_server: Any = None
     _api_history: HistoryBook | None = None
     _api_options: dict[str, Any] | None = None
+    #: ``(version, description)`` of the weights a caller said it loaded (mode serve names the checkpoint).
+    _served_weights: tuple[int, str] | None = None
+
+    def mark_served_weights(self, version: int, description: str) -> None:
+        """Record what the weights of ``version`` are (e.g. ``checkpoint step-6 (<folder>)``), for ``/v1/models``."""
+        self._served_weights = (int(version), description)
+
+    def served_weights(self) -> dict[str, Any]:
+        """Return ``{"model_version", "weights"}``: the weights version and what those weights are, in words."""
+        version = int(self.model_version())  # type: ignore[attr-defined]
+        if self._served_weights is not None and self._served_weights[0] == version:
+            weights = self._served_weights[1]
+        elif version == 0:
+            weights = f"the model folder {getattr(self, 'model_path', '')}".rstrip()
+        else:
+            weights = f"the trainer's weights of step {version}, synchronised by the run"
+        return {"model_version": version, "weights": weights}
 
     def start_openai_api(self, options: Mapping[str, Any]) -> str:
         """Start this engine's API server with ``options`` (see :func:`api_options`) and return its base URL."""
