@@ -223,6 +223,9 @@ def connect(
             "longer than the 107 bytes a Unix socket allows; point RAY_TMPDIR at a shorter folder "
             "(e.g. RAY_TMPDIR=/tmp/ray-mine)"
         ) from None
+    from trinity.common import ray_reaper
+
+    ray_reaper.start(ray_reaper.node_process_ids())  # a killed driver takes its cluster's processes with it
     return RayConnection(address="local", started_here=True, origin=origin)
 
 
@@ -242,3 +245,7 @@ def disconnect(connection: RayConnection) -> None:
 
     if connection.initialized_here and ray.is_initialized():
         ray.shutdown()
+    if connection.started_here:
+        from trinity.common import ray_reaper
+
+        ray_reaper.stop()
