@@ -200,6 +200,7 @@ def test_a_slow_probe_is_named_and_a_named_device_does_not_wait_for_it(trinity: 
     assert named.returncode == 0 and named_s < auto_s - 2, (named_s, auto_s)
     note = next(line for line in named.stdout.splitlines() if line.startswith("stuck: SLOW: "))
     assert "(not waited for longer: TRINITY_DEVICE=cpu names the device" in note
+    assert "name the device you use" not in note  # it is named already
     assert "Traceback" not in named.stderr + auto.stderr
 
 

@@ -56,13 +56,15 @@ _SLOW = ("every auto device selection and `trinity backends list` waits up to TR
          "uninstall {distribution}, or lower TRINITY_PROBE_TIMEOUT")
 
 
-def _notes(row: BackendRow) -> list[str]:
-    """Return the one-line explanations printed under the table for ``row``."""
+def _notes(row: BackendRow, device_named: bool = False) -> list[str]:
+    """Return the one-line explanations printed under the table for ``row`` (``device_named``: by TRINITY_DEVICE)."""
     name = row["name"]
     if row["status"] != "ok":
         return [f"{name}: broken: {row['error']}"]
     notes = []
-    if row.get("probe_cut_off"):
+    if row.get("probe_cut_off") and device_named:  # the reason already says why it was not waited for
+        notes.append(f"{name}: SLOW: {row['reason']}")
+    elif row.get("probe_cut_off"):
         notes.append(f"{name}: SLOW: {row['reason']}; " + _SLOW.format(name=name, distribution=row["distribution"]))
     elif not row["available"]:
         notes.append(f"{name}: not available: {row['reason'] or 'the probe gave no reason'}")
@@ -95,6 +97,7 @@ def print_listing(doc: Listing, file: TextIO | None = None) -> None:
     for header, justify in headers:
         table.add_column(header, justify=justify, no_wrap=header != "package")  # type: ignore[arg-type]
     notes: list[str] = []
+    selected = doc["selected"]
     for row in doc["backends"]:
         ok = row["status"] == "ok"
         cells = [
@@ -112,7 +115,7 @@ def print_listing(doc: Listing, file: TextIO | None = None) -> None:
             cells.append(_cluster_cell(row))
         style = "bold" if row["selected"] else "red" if not ok else "dim" if not row["available"] else ""
         table.add_row(*(Text(cell) for cell in cells), style=style)
-        notes.extend(_notes(row))
+        notes.extend(_notes(row, device_named=selected is not None and selected["source"] == "environment"))
     console.print(table)
     if notes:
         console.print()
