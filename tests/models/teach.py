@@ -20,6 +20,21 @@ def teach_replies(model_dir: Path, target: Path, chats: Sequence[tuple[list[dict
 
     Raises AssertionError when a reply is not memorised after ``steps``.
     """
+    from transformers import AutoTokenizer
+
+    if (target / "config.json").is_file():
+        return target
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    prompts = []
+    for messages, reply in chats:
+        text = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
+        prompts.append((tokenizer(text, add_special_tokens=False)["input_ids"], reply))
+    return teach_token_replies(model_dir, target, prompts, steps=steps, lr=lr)
+
+
+def teach_token_replies(model_dir: Path, target: Path, prompts: Sequence[tuple[list[int], str]],
+                        *, steps: int = 300, lr: float = 3e-3) -> Path:
+    """As :func:`teach_replies`, for prompts given as the token ids the engine saw (e.g. from its history)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if (target / "config.json").is_file():
@@ -30,11 +45,9 @@ def teach_replies(model_dir: Path, target: Path, chats: Sequence[tuple[list[dict
     tokenizer = AutoTokenizer.from_pretrained(staging)
     model = AutoModelForCausalLM.from_pretrained(staging, dtype=torch.float32)
     rows = []
-    for messages, reply in chats:
-        text = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
-        prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
+    for prompt, reply in prompts:
         answer = [*tokenizer(reply, add_special_tokens=False)["input_ids"], tokenizer.eos_token_id]
-        rows.append((prompt, answer))
+        rows.append((list(prompt), answer))
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     torch.manual_seed(0)
     for _ in range(steps):

@@ -136,6 +136,15 @@ def test_a_tool_call_is_parsed_and_the_two_turns_join_into_one_episode(client: E
     assert not logprobs[~mask].any()
 
 
+def test_tool_choice_required_is_answered_as_auto(client: EngineClient) -> None:
+    """AgentScope asks for structured answers with ``required``: the call is parsed (nothing forces one)."""
+    reply = client.get_openai_client().chat.completions.create(
+        model="rollout", messages=QUESTION, tools=TOOLS, tool_choice="required", temperature=0, max_tokens=80)
+    (call,) = reply.choices[0].message.tool_calls
+    assert reply.choices[0].finish_reason == "tool_calls" and call.function.name == "calculator"
+    client.drop_history()
+
+
 def test_a_reply_that_is_not_a_readable_tool_call_comes_back_as_text_and_is_flagged(
         client: EngineClient, engine: HFEngine) -> None:
     prompt = engine.chat_prompt_tokens(QUESTION, tools=TOOLS)
@@ -203,8 +212,8 @@ def test_completions_take_token_ids_and_give_top_logprobs(client: EngineClient, 
     ({"model": "rollout", "messages": QUESTION, "temperature": 3}, 400, "temperature", "must be in [0, 2]"),
     ({"model": "rollout", "messages": QUESTION, "n": "2"}, 400, "n", "n must be an integer"),
     ({"model": "rollout", "messages": [{"role": "robot", "content": "x"}]}, 400, "messages[0].role", "robot"),
-    ({"model": "rollout", "messages": QUESTION, "tools": TOOLS, "tool_choice": "required"}, 400, "tool_choice",
-     "cannot force a call"),
+    ({"model": "rollout", "messages": QUESTION, "tools": TOOLS,
+      "tool_choice": {"type": "function", "function": {"name": "add"}}}, 400, "tool_choice", "cannot force a call"),
     ({"model": "rollout", "messages": QUESTION, "max_tokens": 5000}, 400, "max_tokens", "context length is 2048"),
     ({"model": "rollout", "messages": [{"role": "user", "content": "word " * 2000}]}, 400, "messages",
      "more than this engine's 1024 prompt tokens"),

@@ -93,7 +93,7 @@ def test_upstream_names_are_declared_async_names_share_the_class() -> None:
 
 
 def test_unavailable_upstream_names_say_why() -> None:
-    for name in ("alfworld_workflow", "sciworld_workflow", "webshop_workflow", "agentscope_react_workflow",
+    for name in ("alfworld_workflow", "sciworld_workflow", "webshop_workflow", "agentscope_react_math_workflow",
                  "email_search_workflow", "math_rm_workflow", "rubric_judge_workflow",
                  "simple_mm_workflow", "rm_gallery_reward"):
         reason = unavailable_reason(name)
@@ -272,3 +272,21 @@ def test_tool_call_workflow(engine: HFEngine) -> None:
     scripted = ScriptedEngine(engine.tokenizer, cycling(replies))
     experiences = workflow.run(scripted, Task(prompt="", raw=TOOL_RECORD, repeat_times=5))
     assert [e.reward for e in experiences] == [1.0, 0.0, 0.0, 0.0, 1.0]
+
+
+def test_agentscope_react_is_registered_and_says_what_it_needs() -> None:
+    from trinity.common.workflows.agentscope_react import AgentScopeReActWorkflow
+    from trinity.common.workflows.base import WorkflowError
+
+    assert WORKFLOWS.get("agentscope_react_workflow") is WORKFLOWS.get("as_react_workflow") is AgentScopeReActWorkflow
+    with pytest.raises(WorkflowError, match=r"task type 'sudoku' is not known; known: gsm8k \(workflow_args.type\)"):
+        AgentScopeReActWorkflow(type="sudoku")
+
+
+def test_agentscope_react_without_agentscope_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from trinity.common.workflows.agentscope_react import AgentScopeReActWorkflow
+    from trinity.common.workflows.base import WorkflowError
+
+    monkeypatch.setitem(sys.modules, "agentscope", None)  # what `import agentscope` meets when it is not installed
+    with pytest.raises(WorkflowError, match=r"needs AgentScope.*pip install 'trinity-rft\[agentscope\]'"):
+        AgentScopeReActWorkflow()

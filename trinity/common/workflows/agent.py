@@ -57,6 +57,9 @@ class Episode:
 class AgentWorkflow(Workflow):
     """Base of agent workflows; see the module docstring."""
 
+    #: True: :meth:`run_episode` gets an ``openai.AsyncOpenAI`` client (for agent libraries built on asyncio).
+    uses_async_client: bool = False
+
     def __init__(self, sampling: SamplingParams | None = None, *, experience_mode: str = "step",
                  max_env_steps: int = 8) -> None:
         super().__init__(sampling)
@@ -69,7 +72,8 @@ class AgentWorkflow(Workflow):
         self.max_env_steps = max_env_steps
 
     def run_episode(self, client: Any, model: str, task: Task, episode: int) -> Episode:
-        """Play episode ``episode`` of ``task`` with ``client`` (``openai.OpenAI``) asking for ``model``."""
+        """Play episode ``episode`` of ``task`` with ``client`` (``openai.OpenAI``, or ``AsyncOpenAI`` when
+        :attr:`uses_async_client`) asking for ``model``."""
         raise NotImplementedError
 
     def request_options(self, task: Task) -> dict[str, Any]:
@@ -123,7 +127,7 @@ class AgentWorkflow(Workflow):
         return experiences
 
     def _play(self, session: EngineClient, task: Task, number: int) -> Episode:
-        client = session.get_openai_client()
+        client = session.get_openai_async_client() if self.uses_async_client else session.get_openai_client()
         return self.run_episode(client, client.model_path, task, number)
 
 

@@ -51,6 +51,8 @@ BUILT_IN: dict[str, str] = {
     "math_ruler_workflow": f"{_W}.ruler:MathRulerWorkflow",
     "async_math_ruler_workflow": f"{_W}.ruler:MathRulerWorkflow",
     "math_trainable_ruler_workflow": f"{_W}.ruler:MathTrainableRulerWorkflow",
+    "agentscope_react_workflow": f"{_W}.agentscope_react:AgentScopeReActWorkflow",
+    "as_react_workflow": f"{_W}.agentscope_react:AgentScopeReActWorkflow",
 }
 
 for _name, _target in BUILT_IN.items():
@@ -68,8 +70,8 @@ UNAVAILABLE: dict[str, str] = {
                          f"not available in trinity-rft; {_OWN}",
     "webshop_workflow": f"webshop_workflow needs a WebShop server, not available in trinity-rft; {_OWN}",
     **{name: f"{name} needs AgentScope (agentscope package), not available in trinity-rft; {_OWN}"
-       for name in ("agentscope_workflow_adapter", "agentscope_workflow_adapter_v1", "agentscope_react_workflow",
-                    "agentscope_react_math_workflow", "as_react_workflow", "agentscopev0_react_math_workflow",
+       for name in ("agentscope_workflow_adapter", "agentscope_workflow_adapter_v1",
+                    "agentscope_react_math_workflow", "agentscopev0_react_math_workflow",
                     "agentscope_v1_react_search_workflow")},
     "email_search_workflow": f"email_search_workflow needs AgentScope and the Enron e-mail search database, "
                              f"not available in trinity-rft; {_OWN}",

@@ -6,8 +6,10 @@ JSON body field by field and return what the server needs, or raise
 (always a 4xx for a client's mistake). Fields the OpenAI API defines that
 these engines do not act on (``frequency_penalty``, ``user``, ...) are
 accepted and ignored, as OpenAI-compatible servers usually do; fields that
-would change the result and cannot be honoured (``tool_choice: required``,
-``echo``) are refused.
+would change the result and cannot be honoured (``tool_choice`` naming one
+function, ``echo``) are refused. ``tool_choice: required`` is answered as
+``auto``: the reply is parsed for calls, but nothing forces the model to make
+one (agent libraries such as AgentScope ask again when none came).
 """
 
 from __future__ import annotations
@@ -221,7 +223,7 @@ def _tools(body: Mapping[str, Any]) -> tuple[list[dict[str, Any]] | None, str]:
     ):
         raise ApiError(400, "tools must be a list of {\"type\": \"function\", \"function\": {\"name\": ...}} objects",
                        param="tools")
-    if choice in (None, "auto"):
+    if choice in (None, "auto", "required"):  # required: parsed as auto, no guided decoding forces a call
         return tools, "auto"
     if choice == "none":
         return tools, "none"
