@@ -100,7 +100,19 @@ def test_a_second_run_is_refused_and_a_killed_owners_lock_is_taken_over(
     fault_ledger.kill("driver")
     first.wait(30)
     assert holder_pid(run_dir / "train.lock") == first.pid, "a killed owner leaves its record behind"
-    # The next run takes the dead owner's locks over; a task set that does not exist then stops it before Ray.
+    # The next run takes the dead owner's locks over, with a warning per role.
+    next_log = tmp_path / "next.log"
+    successor = run_cli(config, next_log, verbose=True)
+    started.append(successor)
+    wait_for(lambda: holder_pid(run_dir / "train.lock") == successor.pid, "the next run taking the locks", next_log)
+    warnings = [line for line in next_log.read_text().splitlines() if "taking over" in line]
+    assert len(warnings) == 2, next_log.read_text()  # the explore and the train role
+    assert all(
+        line.startswith("trinity: warning: ") and f"left by pid {first.pid} on host " in line for line in warnings
+    )
+    kill_session(successor.pid)
+    successor.wait(30)
+    # A run refused by its config (a task set that does not exist) stops before it touches the folder's locks.
     broken = write_config(
         tmp_path,
         tiny_model,
@@ -114,13 +126,9 @@ def test_a_second_run_is_refused_and_a_killed_owners_lock_is_taken_over(
         },
     )
     code, output, _ = refused(broken, tmp_path / "third.log")
-    warnings = [line for line in output.splitlines() if "taking over" in line]
-    assert len(warnings) == 2, output  # the explore and the train role
-    assert all(
-        line.startswith("trinity: warning: ") and f"left by pid {first.pid} on host " in line for line in warnings
-    )
     assert code == 2 and "missing.jsonl" in output.splitlines()[-1], output
-    assert (run_dir / "train.lock").read_text() == "", "the run that failed let its locks go"
+    assert "taking over" not in output
+    assert holder_pid(run_dir / "train.lock") == successor.pid, "the refused run left the locks as they were"
 
 
 def test_explore_and_train_jobs_share_a_folder_but_a_second_explore_job_is_refused(
