@@ -13,6 +13,7 @@ from typing import TextIO
 
 from trinity.cli.cluster_view import describe_offer
 from trinity.cli.report import BackendDetails, BackendRow, CheckReport, ClusterJSON, Listing, SelectedJSON
+from trinity.device.selection import slow_probe_remedy
 from trinity.device.spec import SPEC_VERSION
 
 #: Table width used when stdout is not a terminal (a pipe, a file) and ``COLUMNS`` is unset.
@@ -51,11 +52,6 @@ def _available_cell(row: BackendRow) -> str:
     return "yes" if row["available"] else "no"
 
 
-_SLOW = ("every auto device selection and `trinity backends list` waits up to TRINITY_PROBE_TIMEOUT (default 10 s) "
-         "for it: name the device you use (TRINITY_DEVICE or cluster.device) so no other backend is probed, fix or "
-         "uninstall {distribution}, or lower TRINITY_PROBE_TIMEOUT")
-
-
 def _notes(row: BackendRow, device_named: bool = False) -> list[str]:
     """Return the one-line explanations printed under the table for ``row`` (``device_named``: by TRINITY_DEVICE)."""
     name = row["name"]
@@ -65,7 +61,8 @@ def _notes(row: BackendRow, device_named: bool = False) -> list[str]:
     if row.get("probe_cut_off") and device_named:  # the reason already says why it was not waited for
         notes.append(f"{name}: SLOW: {row['reason']}")
     elif row.get("probe_cut_off"):
-        notes.append(f"{name}: SLOW: {row['reason']}; " + _SLOW.format(name=name, distribution=row["distribution"]))
+        notes.append(f"{name}: SLOW: {row['reason']}; every auto device selection and `trinity backends list` "
+                     f"waits that long for it: {slow_probe_remedy(row['distribution'])}")
     elif not row["available"]:
         notes.append(f"{name}: not available: {row['reason'] or 'the probe gave no reason'}")
     if row["spec_version"] is not None and row["spec_version"] < SPEC_VERSION:

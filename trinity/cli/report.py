@@ -348,7 +348,7 @@ def details(record: BackendRecord, found: Gathered) -> BackendDetails:
         hooks["trinity_doctor"] = "backend+default" if backend.implements("trinity_doctor") else "default"
         prefixes = list(backend.info.worker_env_prefixes)
         process_group = process_group_backend_for(backend)
-    dtypes, attention = _precision_answers(backend) if backend is not None else (None, None)
+    dtypes, attention = _precision_answers(backend, hooks) if backend is not None and hooks else (None, None)
     return {
         **backend_row(record, found),
         "worker_env_prefixes": prefixes,
@@ -371,11 +371,12 @@ def newer_hooks_defaulted(backend: Backend) -> list[str]:
             if since > backend.info.spec_version and not backend.implements(name)]
 
 
-def _precision_answers(backend: Backend) -> tuple[DtypesJSON, AttentionJSON]:
-    """Ask ``backend`` its dtypes and its attention kernel for the preferred dtype; a failing hook is shown."""
-    def owner(hook: str) -> str:
-        return "backend" if backend.implements(hook) else "default"
+def _precision_answers(backend: Backend, owners: dict[str, str]) -> tuple[DtypesJSON, AttentionJSON]:
+    """Ask ``backend`` its dtypes and its attention kernel for the preferred dtype; a failing hook is shown.
 
+    ``owners`` says who answers each hook (``backend`` or ``default``), as ``details`` found it.
+    """
+    owner = owners.__getitem__
     try:
         support = backend.supported_dtypes()
     except Exception as exc:  # noqa: BLE001 - a vendor hook's failure is what the user came to see

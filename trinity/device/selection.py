@@ -169,13 +169,17 @@ def _explicit(
     )
 
 
+def slow_probe_remedy(distribution: str) -> str:
+    """Return what a user does about a probe of ``distribution`` that is cut off by the time limit."""
+    return (f"name the device you use ({DEVICE_ENV}=..., or cluster.device) so no other backend is probed, fix or "
+            f"uninstall {distribution}, or lower {PROBE_TIMEOUT_ENV}")
+
+
 def slow_probe_advice(name: str, distribution: str, timeout_s: float) -> str:
     """Return the line saying that backend ``name``'s probe was cut off, what that costs, and what to do."""
     return (
         f"device backend {name!r} ({distribution}): its probe did not answer within {timeout_s:g} s, and every "
-        f"`trinity backends list` and auto device selection waits that long for it; name the device you use "
-        f"({DEVICE_ENV}=..., or cluster.device) so no other backend is probed, fix or uninstall {distribution}, "
-        f"or lower {PROBE_TIMEOUT_ENV}"
+        f"`trinity backends list` and auto device selection waits that long for it; {slow_probe_remedy(distribution)}"
     )
 
 
