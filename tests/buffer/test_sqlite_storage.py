@@ -211,3 +211,25 @@ def test_a_full_database_is_the_no_space_line_with_exit_2(tmp_path: Path) -> Non
     assert "No space left on device (errno ENOSPC)" in message and str(tmp_path / "buf.sqlite") in message
     assert "busy timeout" not in message and "\n" not in message
     assert storage.size() == 2, "the failed write left nothing behind"
+
+
+def test_a_writers_mark_is_stored_in_the_same_transaction_as_its_experiences(tmp_path: Path) -> None:
+    path = tmp_path / "buf.sqlite"
+    storage = SQLiteStorage(path)
+    assert storage.read_mark("explorer") is None
+    assert storage.put_marked(make_group("a", 2), "explorer", "step 1") is True
+    assert storage.put_marked([], "explorer", "step 2") is True  # a step that stored nothing still moves the mark
+    assert SQLiteStorage(path).read_mark("explorer") == "step 2"  # another object (a later job) reads it
+    with sqlite3.connect(path) as raw:  # the mark's insert fails after the rows' insert, in the same write
+        raw.execute("CREATE TRIGGER refuse BEFORE INSERT ON buffer_state WHEN NEW.value = 'step 3' "
+                    "BEGIN SELECT RAISE(ABORT, 'refused'); END")
+    with pytest.raises(StorageError, match="refused"):
+        storage.put_marked(make_group("b", 2), "explorer", "step 3")
+    assert storage.total() == 2 and storage.read_mark("explorer") == "step 2", "neither the rows nor the mark"
+
+
+def test_a_storage_without_marks_stores_the_experiences_and_says_the_mark_was_not_kept(tmp_path: Path) -> None:
+    storage = make_storage(storage_plan(name="experience", storage_type="file", path=str(tmp_path / "buf.jsonl")),
+                           run_dir=tmp_path)
+    assert storage.put_marked(make_group("a", 2), "explorer", "step 1") is False
+    assert storage.read_mark("explorer") is None and storage.size() == 2

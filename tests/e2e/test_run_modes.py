@@ -239,6 +239,31 @@ def test_explore_picks_up_published_weights(trained_run: dict[str, Any], tiny_mo
     assert state["tasks"]["step"] == 4 and state["model_version"] == published
 
 
+def test_an_explore_job_killed_between_storing_a_batch_and_saving_its_state_explores_it_once(
+    trained_run: dict[str, Any], tmp_path: Path, tiny_model: Path
+) -> None:
+    """The buffer as the explore job left it after its second batch, the state file as of its first batch:
+    what a job SIGKILLed after the batch's commit and before the file's rename leaves. The next job
+    continues after the stored batch (the position stored with it), so no batch is stored twice."""
+    run_dir = tmp_path / "ckpt" / "e2e" / "run"
+    copy_buffer(trained_run["tmp"] / "explored.sqlite", run_dir / "buffer" / "experience.sqlite",
+                "DELETE FROM buffer_state WHERE key = 'closed'")  # the killed job never closed it
+    marked = json.loads(query(run_dir, "SELECT value FROM buffer_state WHERE key = 'mark/explorer_state'")[0][0])
+    assert marked["tasks"]["step"] == 2 and marked["row"]["step"] == 2, "the position is stored with the batch"
+    behind = {**marked, "tasks": {**marked["tasks"], "step": 1, "index": GROUPS_PER_STEP},
+              "row": {**marked["row"], "step": 1}}
+    (run_dir / "explorer_state.json").write_text(json.dumps(behind))
+
+    assert run_plan(mode_config(tmp_path, tiny_model, "explore", **{"buffer.total_steps": 4})) == 0
+
+    batches = [json.loads(data)["info"]["batch_id"] for (data,) in query(run_dir, "SELECT data FROM experiences")]
+    assert sorted(set(batches)) == [0, 1, 2, 3]
+    assert all(batches.count(b) == GROUPS_PER_STEP * GROUP_SIZE for b in range(4)), "no batch stored twice"
+    explore = phase(run_dir, "explore")
+    assert [r["step"] for r in explore] == [2, 3, 4], "step 2's row from the stored state, then the new steps"
+    assert json.loads((run_dir / "explorer_state.json").read_text())["tasks"]["step"] == 4
+
+
 def test_bench_evaluates_the_start_and_every_checkpoint(trained_run: dict[str, Any], tiny_model: Path) -> None:
     run_dir: Path = trained_run["run_dir"]
     before = len(records(run_dir))

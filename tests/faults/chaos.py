@@ -175,12 +175,13 @@ class Job:
         """The latest run."""
         return self.runs[-1]
 
-    def fail(self, what: str) -> ChaosError:
-        """Return the error saying ``what`` went wrong, with the job, seed, run and the run's log tail."""
+    def fail(self, what: str, stacks: str = "") -> ChaosError:
+        """Return the error saying ``what`` went wrong, with the job, seed, run, the run's log tail and ``stacks``."""
         tail = self.current.text[-4000:] if self.runs else ""
         history = "\n".join(self._run_summary(number, run) for number, run in enumerate(self.runs, 1))
         head = f"[{self.name}, seed {self.seed}, run {len(self.runs)}] {what}"
-        return ChaosError(f"{head}\n--- runs ---\n{history}\n--- log tail ---\n{tail}")
+        where = f"\n--- where the run's processes were ---\n{stacks}" if stacks else ""
+        return ChaosError(f"{head}\n--- runs ---\n{history}\n--- log tail ---\n{tail}{where}")
 
     @staticmethod
     def _run_summary(number: int, run: Run) -> str:
@@ -226,10 +227,42 @@ class Job:
                 continue
 
     def check_time(self) -> None:
-        """Kill the current run and fail when the job ran past its limit (a hang, or no progress)."""
+        """Kill the current run and fail when the job ran past its limit (a hang, or no progress).
+
+        The failure carries where the run's driver and actors were (py-spy's
+        stacks of their Python threads), so a hang seen once says where it sits.
+        """
         if time.monotonic() > self.deadline:
+            stacks = self.stacks()
             self.stop()
-            raise self.fail(f"the job did not end 0 within {self.limit:.0f} s")
+            raise self.fail(f"the job did not end 0 within {self.limit:.0f} s", stacks)
+
+    def stacks(self) -> str:
+        """Return py-spy's dump of the current run's driver and actor processes ('' without py-spy)."""
+        spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+        if not Path(spy).is_file():
+            return ""
+        try:
+            root = psutil.Process(self.current.process.pid)
+            processes = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return ""
+        dumps = []
+        for process in processes:
+            try:
+                title = " ".join(process.cmdline())[:80]
+            except psutil.Error:
+                continue
+            if process is not root and not title.startswith(tuple(ACTOR_TITLES.values())):
+                continue
+            try:
+                found = subprocess.run([spy, "dump", "--pid", str(process.pid)], capture_output=True, text=True,
+                                       timeout=20, check=False)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                dumps.append(f"pid {process.pid} ({title}): no dump ({exc})")
+                continue
+            dumps.append(f"pid {process.pid} ({title}):\n{found.stdout or found.stderr}")
+        return "\n".join(dumps)
 
     def kill(self, target: str) -> None:
         """SIGKILL ``target`` of the current run: its process group (``driver``) or one actor process."""

@@ -336,7 +336,8 @@ class ExperiencePipeline:
         return sum(p.held() for p in self.processors)
 
     def write_step(self, experiences: Sequence[Experience], timeout: float | None = None, *,
-                   batch: int | None = None, dropped_groups: int = 0) -> list[Experience]:
+                   batch: int | None = None, dropped_groups: int = 0,
+                   mark: Callable[[list[Experience]], tuple[str, str]] | None = None) -> list[Experience]:
         """Process every experience of an explorer step, release what is still held, store it all in one call.
 
         A step's results hold every experience of its tasks, so each group's
@@ -350,6 +351,11 @@ class ExperiencePipeline:
         stored for it) and ``info["batch_dropped"]`` (its ``dropped_groups``, the
         groups whose rollouts failed, plus those of earlier steps that stored
         nothing), so a reader counting dropped groups never waits for them.
+
+        ``mark``, when given, is called with what is about to be stored (the
+        stages have run: :meth:`step_metrics` holds the step's figures) and
+        returns ``(key, text)``: the writer's mark, stored in the same write
+        where the storage can (``ExperienceStorage.put_marked``).
         """
         experiences = list(experiences)
         mark_group_sizes(experiences)
@@ -366,7 +372,12 @@ class ExperiencePipeline:
             count = len({e.group_id for e in stored if e.group_id}) + sum(1 for e in stored if not e.group_id)
             stored = [dataclasses.replace(e, info={**e.info, "batch_id": batch, "batch_groups": count,
                                                    "batch_dropped": dropped}) for e in stored]
-        self._put(stored, timeout)
+        if mark is None:
+            self._put(stored, timeout)
+        elif self.storage is None:
+            raise ValueError("this experience pipeline has no storage to write to")
+        else:
+            self.storage.put_marked(stored, *mark(stored), timeout=timeout)
         return stored
 
     def operator_dropped(self) -> int:

@@ -31,6 +31,8 @@ logger = logging.getLogger("trinity.launcher")
 
 #: In the run folder: where mode ``explore`` keeps its task position between jobs.
 EXPLORER_STATE_FILE = "explorer_state.json"
+#: The storage mark holding the same state, stored with each batch where the storage can (SQLite).
+EXPLORER_STATE_MARK = "explorer_state"
 
 
 def warn_if_not_persistent(session: Session) -> None:
@@ -70,13 +72,15 @@ def run_explore(session: Session) -> None:
     Before each batch, when the checkpoint sync folder names newer weights than
     the engines hold (a ``train`` job published them), every engine loads them,
     so the batch's experiences carry that ``model_version``. Each batch goes
-    through the pipeline and into the buffer in one write; then the task
-    position is saved in ``<run>/explorer_state.json`` at once, so the same
-    command continues after the last stored batch (only a job killed between
-    the store's commit and the state's rename explores that one batch again).
-    The state carries the step's metrics row, logged by the next job when the
-    killed one did not live to log it. At the end the buffer is closed: a ``train``
-    job reading it trains on what is left, then stops.
+    through the pipeline and into the buffer in one write, and the task
+    position after it goes with it: in the same transaction where the storage
+    can (SQLite's mark), and into ``<run>/explorer_state.json`` right after. The
+    same command continues after the last stored batch, whichever of the two
+    is newer; only with a storage that keeps no mark can a job killed between
+    the store and the state's rename explore that batch again. The state
+    carries the step's metrics row, logged by the next job when the killed one
+    did not live to log it. At the end the buffer is closed: a ``train`` job
+    reading it trains on what is left, then stops.
     """
     from trinity.buffer import TaskScheduler, make_storage
 
@@ -85,22 +89,58 @@ def run_explore(session: Session) -> None:
     warn_if_not_persistent(session)
     tasks = TaskScheduler.for_training(plan.buffer)
     state_file = session.run_dir / EXPLORER_STATE_FILE
-    if state_file.is_file() and plan.config.continue_from_checkpoint:
-        tasks.load_state_dict(json.loads(state_file.read_text(encoding="utf-8"))["tasks"])
-        logger.info("explore resumes after step %d (%s)", tasks.position.step, state_file)
     storage = make_storage(plan.buffer.experience, run_dir=session.run_dir)
     with contextlib.ExitStack() as stack:
         stack.callback(storage.release)
+        state = saved_state(state_file, storage) if plan.config.continue_from_checkpoint else None
+        if state is not None:
+            tasks.load_state_dict(state[0]["tasks"])
+            logger.info("explore resumes after step %d (%s)", tasks.position.step, state[1])
         if tasks.finished:
             logger.info(
                 "explore: all %d steps were explored already (%s); nothing to do", tasks.total_batches, state_file
             )
         else:
-            _explore(session, tasks, storage, state_file)
+            _explore(session, tasks, storage, state_file, state[0] if state is not None else None)
         storage.close()  # the writers are done: readers drain the buffer, then stop (a failed job leaves it open)
 
 
-def _explore(session: Session, tasks: Any, storage: Any, state_file: Path) -> None:
+def saved_state(state_file: Path, storage: Any) -> tuple[dict[str, Any], str] | None:
+    """Return the newest saved explorer state and where it was read, from ``state_file`` or the storage's mark.
+
+    The mark is written in the batch's own transaction, the file right after:
+    a job killed in between leaves the mark one step ahead. None when
+    neither holds a state (a first job).
+    """
+    found = []
+    if state_file.is_file():
+        found.append((json.loads(state_file.read_text(encoding="utf-8")), str(state_file)))
+    mark = storage.read_mark(EXPLORER_STATE_MARK)
+    if mark is not None:
+        found.append((json.loads(mark), f"{storage.describe()}, written with the batch"))
+    if not found:
+        return None
+    return max(found, key=lambda item: int(item[0]["row"]["step"]) if item[0].get("row") else 0)
+
+
+class _StateAfterBatch:
+    """Mode explore's state after batch ``step``: the mark stored with the batch, made once the pipeline ran
+    (its figures join the step's ``metrics``); :attr:`text` is then what the state file gets."""
+
+    def __init__(self, tasks: Any, pipeline: Any, model_version: int, step: int, metrics: dict[str, float]) -> None:
+        self.tasks, self.pipeline, self.model_version, self.step, self.metrics = (
+            tasks, pipeline, model_version, step, metrics)
+        self.text = ""
+
+    def __call__(self, _stored: list[Any]) -> tuple[str, str]:
+        self.metrics.update(self.pipeline.step_metrics())
+        state = {"tasks": self.tasks.state_dict(), "model_version": self.model_version,
+                 "row": {"step": self.step, "metrics": self.metrics}}
+        self.text = json.dumps(state, indent=2, sort_keys=True) + "\n"
+        return EXPLORER_STATE_MARK, self.text
+
+
+def _explore(session: Session, tasks: Any, storage: Any, state_file: Path, state: dict[str, Any] | None) -> None:
     """Place and start the engines, pipeline and monitor, explore every batch, and tear them down in reverse order."""
     with contextlib.ExitStack() as stack:
         stack.callback(write_ray_timeline, session)
@@ -120,7 +160,7 @@ def _explore(session: Session, tasks: Any, storage: Any, state_file: Path) -> No
         # a train job may log into the same file: a marker supersedes the explorer's rows only
         if tasks.position.step:  # continuing after the explorer state of an earlier run
             monitor.mark_resume(tasks.position.step, scope=(PHASE_EXPLORE, PHASE_EVAL))
-            missing = missing_explore_row(session.run_dir, state_file)
+            missing = missing_explore_row(session.run_dir, state)
             if missing is not None:  # the earlier job stored its last batch and died before logging it
                 monitor.log(missing[1], step=missing[0], phase=PHASE_EXPLORE)
         elif logged_before(session.run_dir, (PHASE_EXPLORE, PHASE_EVAL)):  # a killed run's rows, explored again
@@ -184,15 +224,14 @@ def _explore_batches(
             )
         # every rollout of the batch is in result: a group the pipeline still holds will never be completed,
         # so it is released with the batch, and the batch is stored in one atomic write that says it is final
-        pipeline.write_step(result.experiences, batch=step, dropped_groups=dropped)
         tasks.feedback(result.experiences)  # a selector learns how its tasks went before it picks the next ones
         metrics = explore_metrics(result, result.experiences)
         metrics["explore/model_version"] = float(loaded)
-        metrics.update(pipeline.step_metrics())
-        # the state right after the batch is stored, so a killed job never explores a stored batch again; it
-        # carries the step's row, which a job killed before logging it leaves for the next one to log
-        state = {"tasks": tasks.state_dict(), "model_version": loaded, "row": {"step": step + 1, "metrics": metrics}}
-        write_text_atomic(state_file, json.dumps(state, indent=2, sort_keys=True) + "\n")
+        # the position after the batch, stored with it, so a killed job never explores a stored batch again;
+        # it carries the step's row, which a job killed before logging it leaves for the next one to log
+        state = _StateAfterBatch(tasks, pipeline, loaded, step + 1, metrics)
+        pipeline.write_step(result.experiences, batch=step, dropped_groups=dropped, mark=state)
+        write_text_atomic(state_file, state.text)
         monitor.log(metrics, step=step + 1, phase=PHASE_EXPLORE)
         monitor.flush()
         if recovery.prepare(scheduler.dead_engine_handles()):

@@ -9,7 +9,6 @@ checkpoint carries the step's metrics, so the resumed run logs the row.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -31,15 +30,13 @@ def missing_train_row(run_dir: Path, resumed: dict[str, Any]) -> dict[str, float
     return {str(key): float(value) for key, value in saved.items()}
 
 
-def missing_explore_row(run_dir: Path, state_file: Path) -> tuple[int, dict[str, float]] | None:
+def missing_explore_row(run_dir: Path, state: dict[str, Any] | None) -> tuple[int, dict[str, float]] | None:
     """Return ``(step, metrics)`` of the explorer state's last step when ``<run>/metrics.jsonl`` lacks its row.
 
-    Mode explore writes its state, with the step's row, right after storing
-    the batch and before logging the row (see ``run_explore``).
+    Mode explore saves its state, with the step's row, with the batch and
+    before logging the row (see ``run_explore``); ``state`` is that state (None: a first job).
     """
-    if not state_file.is_file():
-        return None
-    row = json.loads(state_file.read_text(encoding="utf-8")).get("row")
+    row = (state or {}).get("row")
     if not row:
         return None
     step = int(row["step"])

@@ -75,6 +75,25 @@ class ExperienceStorage(ABC):
     def size(self) -> int:
         """Return the number of stored experiences not read yet."""
 
+    def put_marked(
+        self, experiences: Sequence[Experience], key: str, mark: str, timeout: float | None = None
+    ) -> bool:
+        """Store ``experiences`` and a writer's ``mark`` under ``key``; return True when both were one atomic write.
+
+        A writer that must know, after being killed, whether its last write
+        landed (mode explore's task position) reads the mark back with
+        :meth:`read_mark`. By default the experiences are stored as
+        :meth:`put` stores them and the mark is not (False): the writer keeps
+        its own record.
+        """
+        if experiences:
+            self.put(experiences, timeout=timeout)
+        return False
+
+    def read_mark(self, key: str) -> str | None:
+        """Return the mark last stored under ``key`` by :meth:`put_marked`, or None."""
+        return None
+
     def state_dict(self) -> dict[str, Any]:
         """Return the read position to save in a checkpoint (empty when the storage is not persistent)."""
         return {}

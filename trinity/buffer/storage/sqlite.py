@@ -16,7 +16,10 @@ consumed in the same transaction, so:
   advances to a checkpoint's position;
 * ids are never reused, so the write end is the largest id
   (``end_position``) and ``truncate`` deletes the rows written after it
-  (and reopens a closed storage).
+  (and reopens a closed storage);
+* ``put_marked`` stores a writer's mark (mode explore's task position) in the
+  same transaction as its experiences, so after a kill the mark says exactly
+  which write landed.
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ from trinity.errors import EXIT_USAGE, describe_storage_error, storage_error
 
 #: Key of the ``buffer_state`` row that says the writers closed the storage.
 CLOSED_KEY = "closed"
+#: Prefix of the ``buffer_state`` keys that hold writers' marks (:meth:`SQLiteStorage.put_marked`).
+_MARK_PREFIX = "mark/"
 #: Where the failed writes of a full or read-only buffer file can be moved, as a storage error's fix names it.
 _PATH_SETTING = "the storage's path (or checkpoint_root_dir)"
 
@@ -180,10 +185,28 @@ class SQLiteStorage(ExperienceStorage):
         ``timeout`` is not used: a write waits for the lock up to the busy timeout.
         A put through a new storage object re-opens a storage closed by an earlier run.
         """
+        if experiences:
+            self._write(experiences, None)
+
+    def put_marked(
+        self, experiences: Sequence[Experience], key: str, mark: str, timeout: float | None = None
+    ) -> bool:
+        """Insert ``experiences`` and set the mark ``key`` in one transaction (all or none); return True."""
+        self._write(experiences, (key, mark))
+        return True
+
+    def read_mark(self, key: str) -> str | None:
+        """Return the mark ``key`` the last :meth:`put_marked` set, or None."""
+        try:
+            with self.engine.begin() as connection:
+                found = connection.execute(select(StateRow.value).where(StateRow.key == _MARK_PREFIX + key)).first()
+        except SQLAlchemyError as exc:
+            raise self._error("read", exc) from None
+        return None if found is None else str(found[0])
+
+    def _write(self, experiences: Sequence[Experience], mark: tuple[str, str] | None) -> None:
         if self._closed_here:
             raise StorageClosedError(f"{self.describe()} is closed for writing; {len(experiences)} experiences refused")
-        if not experiences:
-            return
         now = time.time()
         rows = [
             {
@@ -199,8 +222,12 @@ class SQLiteStorage(ExperienceStorage):
         ]
         try:
             with self.engine.begin() as connection:
-                connection.execute(insert(ExperienceRow), rows)
+                if rows:
+                    connection.execute(insert(ExperienceRow), rows)
                 connection.execute(delete(StateRow).where(StateRow.key == CLOSED_KEY))
+                if mark is not None:
+                    connection.execute(delete(StateRow).where(StateRow.key == _MARK_PREFIX + mark[0]))
+                    connection.execute(insert(StateRow).values(key=_MARK_PREFIX + mark[0], value=mark[1]))
         except SQLAlchemyError as exc:
             raise self._error("write", exc) from None
 
