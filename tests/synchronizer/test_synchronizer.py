@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from trinity.common.config.plan.run import SyncPlan
 from trinity.common.constants import SyncMethod
 from trinity.common.models.checksum import state_dict_checksum
 from trinity.synchronizer.checkpoint_sync import load_weights
-from trinity.synchronizer.synchronizer import Synchronizer, SyncTimeoutError
+from trinity.synchronizer.synchronizer import SyncError, Synchronizer, SyncTimeoutError
 from trinity.weight_transport.buckets import state_dict_bytes
 
 
@@ -99,3 +100,28 @@ def test_without_engines_only_the_checkpoint_method_does_something(trainer: Trai
     state, version = load_weights(tmp_path / "pub")
     assert version == 4 and published.bytes == state_dict_bytes(trainer.state)
     assert state_dict_checksum(state) == trainer.checksum()
+
+
+def test_a_failed_online_sync_leaves_no_participant_waiting_in_its_collective(
+    ray_local: Any, engines: list[Any], trainer: TrainerStub
+) -> None:
+    """Engine 1 fails before it takes part: the sender and engine 0 are left in the broadcast, for the group's
+    timeout (60 s) unless the synchronizer gives the group up. Each is free within seconds, and the next sync
+    (a new group) brings both engines to the trainer's weights."""
+    config = sync_plan(bucket_size_mb=1, sync_timeout=60)
+    sync = Synchronizer(SyncMethod.parse("online", "gloo"), [trainer], engines, config)
+    try:
+        sync.sync(1)
+        ray_local.get(engines[1].refuse_next_receive.remote())
+        trainer.perturb(0.5)
+        with pytest.raises(SyncError, match="receive refused by the test"):
+            sync.sync(2)
+        freed = time.monotonic()
+        assert ray_local.get(engines[0].model_version.remote(), timeout=10) in (1, 2)
+        assert time.monotonic() - freed < 5, "engine 0 left the broadcast nobody completes"
+        report = sync.sync(3)
+        assert report.setup_seconds > 0, "a new group"
+        assert ray_local.get([e.state_dict_checksum.remote() for e in engines]) == [trainer.checksum()] * 2
+        assert time.monotonic() - freed < 30
+    finally:
+        sync.close()

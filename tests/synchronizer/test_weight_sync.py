@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import weakref
 from collections.abc import Iterator
 from typing import Any
@@ -21,6 +22,7 @@ from trinity.weight_transport import (
     state_dict_metas,
 )
 from trinity.weight_transport.buckets import dtype_from_name
+from trinity.weight_transport.group import WAIT_SLICE_S, give_up
 
 BUCKET = 64 << 10
 
@@ -114,6 +116,37 @@ def test_a_receiver_with_other_metas_refuses_clearly(peers: list[Any], ray_local
     with pytest.raises(ray_local.exceptions.RayTaskError):  # nobody receives the buckets: the sender times out
         ray_local.get(sent)
     ray_local.get([sender.close_group.remote(), receiver.close_group.remote()])
+
+
+def test_a_given_up_sync_frees_a_receiver_left_waiting_and_a_new_group_forms(peers: list[Any], ray_local: Any) -> None:
+    """The sender stops after the header, as a sender whose sync failed does: the receiver would wait for the
+    buckets until the group's timeout (60 s). Told to give up, it leaves within a second and closes at once."""
+    sender, receiver = peers
+    state = mixed_state_dict()
+    group = info(2, "given-up", timeout=60.0)
+    ray_local.get([sender.create.remote(group), receiver.join.remote(group, 1)])
+    received = receiver.receive.remote(state_dict_metas(state), BUCKET)
+    ray_local.get(sender.broadcast_header.remote(state, BUCKET))
+    ready, _ = ray_local.wait([received], timeout=1.5)
+    assert not ready, "the receiver waits for buckets that do not come"
+    told = time.monotonic()
+    assert give_up(group)
+    with pytest.raises(ray_local.exceptions.RayTaskError, match="given up while rank 1 waited"):
+        ray_local.get(received, timeout=10)
+    assert time.monotonic() - told < 3 * WAIT_SLICE_S + 1
+    closing = time.monotonic()
+    ray_local.get([sender.close_group.remote(), receiver.close_group.remote()], timeout=10)
+    assert time.monotonic() - closing < 2, "the collective left in flight is released in the background"
+    fresh = info(2, "after-given-up")
+    ray_local.get([sender.create.remote(fresh), receiver.join.remote(fresh, 1)], timeout=30)
+    received = receiver.receive.remote(state_dict_metas(state), BUCKET)
+    sent = sender.broadcast.remote(state, BUCKET)
+    assert ray_local.get([sent, received], timeout=30)[1].split("|")[0] == state_dict_checksum(state)
+    ray_local.get([sender.close_group.remote(), receiver.close_group.remote()])
+
+
+def test_giving_up_a_group_whose_store_is_gone_says_so() -> None:
+    assert give_up(info(2, "nobody-home"), timeout_s=1.0) is False
 
 
 def random_state_dict(seed: int) -> dict[str, torch.Tensor]:

@@ -107,6 +107,7 @@ class EngineDouble:
         self.release = threading.Event()
         self.delay_s = 0.0
         self.received: dict[str, torch.Tensor] = {}
+        self.refuse_receive = False
 
     # -- the engine contract ---------------------------------------------------------------
 
@@ -120,6 +121,9 @@ class EngineDouble:
 
     def receive_weights(self, metas: Sequence[TensorMeta], version: int, bucket_bytes: int) -> None:
         assert self.group is not None
+        if self.refuse_receive:  # a receiver failing before it takes part (the sender's peers still wait)
+            self.refuse_receive = False
+            raise RuntimeError("receive refused by the test")
         self.load_state_dict(self.group.receive_state_dict(metas, bucket_bytes, "cpu"), version)
 
     def load_checkpoint_weights(self, folder: str, version: int) -> None:
@@ -150,6 +154,16 @@ class EngineDouble:
 
     def set_delay(self, seconds: float) -> None:
         self.delay_s = seconds
+
+    def refuse_next_receive(self) -> None:
+        self.refuse_receive = True
+
+    def broadcast_header(self, state_dict: Mapping[str, torch.Tensor], bucket_bytes: int) -> None:
+        """Send only the plan's header, as a sender whose sync failed right after it."""
+        from trinity.weight_transport.buckets import plan_buckets, plan_header, state_dict_metas
+
+        metas = state_dict_metas(state_dict)
+        self.group.broadcast_tensor(plan_header(metas, plan_buckets(metas, bucket_bytes)))
 
     # -- bare weight-sync peer -------------------------------------------------------------
 

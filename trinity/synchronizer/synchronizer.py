@@ -202,6 +202,8 @@ class Synchronizer:
         self.bucket_bytes = int(self.config.bucket_size_mb) << 20
         self._calls = _Calls(len(self.trainer_ranks) + len(self.engines) + 1)
         self._group_ready = False
+        #: The online group built last (None before the first, and once a failed sync gave it up).
+        self._group_info: WeightSyncGroupInfo | None = None
         self._groups_built = 0
         self.last_report: SyncReport | None = None
 
@@ -265,7 +267,19 @@ class Synchronizer:
             pending, deadline, f"building the {self.method.collective} weight-sync group of {info.world_size} ranks"
         )
         self._group_ready = True
+        self._group_info = info
         return time.monotonic() - started
+
+    def _give_up(self) -> None:
+        """After a failed sync: the next sync builds a new group, and the members still waiting in a collective
+        of this one leave it (``weight_transport.group.give_up``), so no trainer rank or engine stays blocked in
+        it until the group's timeout, unable to answer the next sync."""
+        self._group_ready = False
+        info, self._group_info = self._group_info, None
+        if info is not None:
+            from trinity.weight_transport.group import give_up
+
+            give_up(info)
 
     # -- one sync --------------------------------------------------------------------------
 
@@ -279,14 +293,14 @@ class Synchronizer:
         try:
             return self._sync(version, started)
         except SyncTimeoutError as exc:
-            self._group_ready = False  # a collective stopped half-way: the next sync builds a new group
+            self._give_up()  # a collective stopped half-way: the next sync builds a new group
             raise SyncTimeoutError(
                 f"weight sync ({self.method}) of version {version} did not finish within "
                 f"synchronizer.sync_timeout = {self.config.timeout:g} s while {exc.args[0] if exc.args else '?'}; "
                 "check that every engine is alive, or raise synchronizer.sync_timeout"
             ) from None
         except Exception as exc:
-            self._group_ready = False
+            self._give_up()
             if isinstance(exc, SyncError):
                 raise
             raise SyncError(f"weight sync ({self.method}) of version {version} failed: {_cause(exc)}") from exc

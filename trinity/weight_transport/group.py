@@ -29,6 +29,7 @@ from __future__ import annotations
 import datetime
 import logging
 import math
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -52,6 +53,8 @@ logger = logging.getLogger(__name__)
 
 #: Buckets in flight at once on each side of a broadcast (double buffering).
 IN_FLIGHT = 2
+#: Seconds a member waits in a collective between two looks at whether the sync was given up (:func:`give_up`).
+WAIT_SLICE_S = 0.5
 #: Staging buffers of a receiver loading in place (:meth:`WeightSyncGroup.receive_into`): one bucket at most.
 RECEIVE_STAGING = 1
 
@@ -107,6 +110,38 @@ class _TensorStream:
             pass
 
 
+def _give_up_key(group_name: str) -> str:
+    """Return the store key that says the current sync of group ``group_name`` was given up."""
+    return f"{group_name}/given-up"
+
+
+def give_up(info: WeightSyncGroupInfo, timeout_s: float = 5.0) -> bool:
+    """Tell every member of the group ``info`` describes to leave the collective it waits in; return whether told.
+
+    The synchronizer calls it when a sync fails: a member still waiting for a
+    bucket from a sender that stopped (or a sender waiting for a receiver that
+    left) raises WeightSyncError within :data:`WAIT_SLICE_S` instead of at
+    the group's timeout. The group is not usable afterwards: the next sync
+    builds a new one. False when rank 0's store cannot be reached (its members
+    notice that by themselves).
+    """
+    from torch.distributed import TCPStore  # type: ignore[attr-defined]
+
+    try:
+        store = TCPStore(info.master_addr, info.master_port, None, is_master=False,
+                         timeout=datetime.timedelta(seconds=timeout_s), wait_for_workers=False)
+        store.set(_give_up_key(info.group_name), "1")
+    except Exception as exc:  # noqa: BLE001 - rank 0 gone: there is nobody to tell, and its members see it
+        logger.debug("weight-sync group %s: could not tell its members to give up: %s", info.group_name, exc)
+        return False
+    return True
+
+
+def _release(pg: Any, store: Any) -> None:
+    """Drop an abandoned process group (its destructor waits for the collective left in flight)."""
+    del pg, store
+
+
 def _direct_view(bucket: Bucket, targets: Sequence[torch.Tensor], device: torch.device) -> torch.Tensor | None:
     """Return the part of a target that ``bucket`` fills when it can be received there without staging, else None."""
     if len(bucket.slices) != 1:
@@ -143,6 +178,8 @@ class WeightSyncGroup:
         self.world_size = info.world_size
         self.device = device
         self._closed = False
+        #: Whether a collective was left unfinished (the sync was given up): closing must not wait for it.
+        self._abandoned = False
         #: Packing buffers of the sender, reused across syncs (at most IN_FLIGHT x the largest bucket).
         self._staging: list[torch.Tensor] = []
 
@@ -197,8 +234,54 @@ class WeightSyncGroup:
 
     # -- collectives ---------------------------------------------------------------------
 
+    def _wait(self, work: Any) -> None:
+        """Wait for one collective, looking every :data:`WAIT_SLICE_S` whether the sync was given up.
+
+        A sync the synchronizer gave up (:func:`give_up`: a participant died,
+        or another failed) leaves the living members waiting for data that will
+        never come; each of them leaves the collective within a slice and
+        raises WeightSyncError, so its process is free for the next sync. So
+        does a member whose group store (hosted by rank 0) is gone. A
+        collective that fails by itself (a peer closed its connection) raises
+        its own error at once.
+
+        Only the CPU's ``gloo`` group waits in slices (its work objects time out
+        a wait and can be waited on again). A device collective is waited on
+        as its backend waits (NCCL's and HCCL's watchdogs end a hung one at
+        the group's timeout): a timed wait there can abort the communicator.
+        """
+        if self.device.type != "cpu":
+            work.wait()
+            return
+        slice_ = datetime.timedelta(seconds=WAIT_SLICE_S)
+        while True:
+            try:
+                work.wait(slice_)
+                return
+            except RuntimeError:
+                if work.is_completed():  # it failed, rather than not finishing within the slice
+                    raise
+            self._check_not_given_up()
+
+    def _check_not_given_up(self) -> None:
+        name = self.info.group_name
+        try:
+            given_up = bool(self._store.check([_give_up_key(name)]))
+        except Exception as exc:  # noqa: BLE001 - any failure to reach the store means rank 0 is gone
+            self._abandoned = True
+            raise WeightSyncError(
+                f"weight-sync group {name!r}: rank {self.rank} lost the group's store on rank 0 "
+                f"({type(exc).__name__}: {exc}); the sync is given up"
+            ) from None
+        if given_up:
+            self._abandoned = True
+            raise WeightSyncError(
+                f"weight-sync group {name!r}: the sync was given up while rank {self.rank} waited in it "
+                "(another participant failed or died)"
+            )
+
     def _broadcast(self, tensor: torch.Tensor) -> None:
-        self._pg.broadcast(tensor, 0).wait()
+        self._wait(self._pg.broadcast(tensor, 0))
 
     def broadcast_state_dict(self, state_dict: Mapping[str, torch.Tensor], bucket_bytes: int) -> list[TensorMeta]:
         """Broadcast ``state_dict`` from rank 0 in buckets of at most ``bucket_bytes``; return its metas.
@@ -249,7 +332,7 @@ class WeightSyncGroup:
 
         def retire() -> None:
             work, held, _sent = in_flight.popleft()
-            work.wait()
+            self._wait(work)
             if held is not None:
                 free.append(held)
 
@@ -314,10 +397,10 @@ class WeightSyncGroup:
             start = filled[bucket.dtype]
             filled[bucket.dtype] = start + bucket.numel
             if len(in_flight) >= IN_FLIGHT:
-                in_flight.popleft().wait()
+                self._wait(in_flight.popleft())
             in_flight.append(self._pg.broadcast(storage[bucket.dtype][start : start + bucket.numel], 0))
         while in_flight:
-            in_flight.popleft().wait()
+            self._wait(in_flight.popleft())
         trinity.device.synchronize()
         out: dict[str, torch.Tensor] = {}
         for meta, offset in zip(metas, offsets, strict=True):
@@ -359,7 +442,7 @@ class WeightSyncGroup:
 
         def land() -> None:
             work, bucket, held = in_flight.popleft()
-            work.wait()
+            self._wait(work)
             if held is None:
                 return
             trinity.device.synchronize()
@@ -416,7 +499,7 @@ class WeightSyncGroup:
         trinity.device.synchronize()
         for bucket in buckets:
             flat = staging[: bucket.nbytes].view(dtype_from_name(bucket.dtype))
-            self._pg.broadcast(flat, 0).wait()
+            self._wait(self._pg.broadcast(flat, 0))
             trinity.device.synchronize()
             for piece in bucket.slices:
                 meta = metas[piece.index]
@@ -466,18 +549,25 @@ class WeightSyncGroup:
         return self._closed
 
     def close(self) -> None:
-        """Release the group and its store (idempotent)."""
+        """Release the group and its store (idempotent).
+
+        A group whose sync was given up still has a collective in flight that
+        ends only at the group's timeout, and releasing the process group
+        waits for it: that release happens in a background thread.
+        """
         if self._closed:
             return
         self._closed = True
         self._staging = []
+        pg, store, self._pg, self._store = self._pg, self._store, None, None
+        if self._abandoned:
+            threading.Thread(target=_release, args=(pg, store), name="trinity-weight-sync-release", daemon=True).start()
+            return
         try:
-            if hasattr(self._pg, "shutdown"):
-                self._pg.shutdown()
+            if hasattr(pg, "shutdown"):
+                pg.shutdown()
         except Exception as exc:  # noqa: BLE001 - closing must not fail a run that is ending
             logger.debug("closing weight-sync group %s: %s", self.info.group_name, exc)
-        self._pg = None
-        self._store = None
 
     def __enter__(self) -> WeightSyncGroup:
         return self
