@@ -178,7 +178,7 @@ class WeightSyncGroup:
         self.world_size = info.world_size
         self.device = device
         self._closed = False
-        #: Whether a collective was left unfinished (the sync was given up): closing must not wait for it.
+        #: Whether a collective failed or was left unfinished (the sync was given up): closing must not wait for it.
         self._abandoned = False
         #: Packing buffers of the sender, reused across syncs (at most IN_FLIGHT x the largest bucket).
         self._staging: list[torch.Tensor] = []
@@ -250,31 +250,33 @@ class WeightSyncGroup:
         as its backend waits (NCCL's and HCCL's watchdogs end a hung one at
         the group's timeout): a timed wait there can abort the communicator.
         """
-        if self.device.type != "cpu":
-            work.wait()
-            return
-        slice_ = datetime.timedelta(seconds=WAIT_SLICE_S)
-        while True:
-            try:
-                work.wait(slice_)
+        try:
+            if self.device.type != "cpu":
+                work.wait()
                 return
-            except RuntimeError:
-                if work.is_completed():  # it failed, rather than not finishing within the slice
-                    raise
-            self._check_not_given_up()
+            slice_ = datetime.timedelta(seconds=WAIT_SLICE_S)
+            while True:
+                try:
+                    work.wait(slice_)
+                    return
+                except RuntimeError:
+                    if work.is_completed():  # it failed, rather than not finishing within the slice
+                        raise
+                self._check_not_given_up()
+        except BaseException:
+            self._abandoned = True  # collectives issued after this one may still be in flight
+            raise
 
     def _check_not_given_up(self) -> None:
         name = self.info.group_name
         try:
             given_up = bool(self._store.check([_give_up_key(name)]))
         except Exception as exc:  # noqa: BLE001 - any failure to reach the store means rank 0 is gone
-            self._abandoned = True
             raise WeightSyncError(
                 f"weight-sync group {name!r}: rank {self.rank} lost the group's store on rank 0 "
                 f"({type(exc).__name__}: {exc}); the sync is given up"
             ) from None
         if given_up:
-            self._abandoned = True
             raise WeightSyncError(
                 f"weight-sync group {name!r}: the sync was given up while rank {self.rank} waited in it "
                 "(another participant failed or died)"
