@@ -20,6 +20,7 @@ from trinity.common.config import parse_config
 from trinity.common.config.plan.run import resolve_run
 from trinity.launcher import run_plan
 from trinity.monitor import load_records
+from trinity.monitor.console_sink import HEADLINE_METRICS
 from trinity.trainer.checkpoint import CheckpointDir
 
 REPO = Path(__file__).resolve().parents[2]
@@ -107,6 +108,13 @@ def test_both_mode_trains_syncs_and_records(tmp_path: Path, tiny_model: Path) ->
         ("trainer", "trainer-0"), ("trainer", "trainer-1"), ("engine", "rollout-0")]
     for actor in chosen["actors"]:
         assert actor["node_id"] and actor["devices"] == [] and actor["visible_devices"] is None
+    log = (run_dir / "trinity.log").read_text(encoding="utf-8")  # INFO lines and every metric, console or not
+    assert "INFO trinity.launcher: Ray:" in log and "run folder" in log
+    for step in (1, 2, 3):
+        line = next(x for x in log.splitlines() if f"trinity.metrics: [train] step {step}/3 |" in x)
+        headline = {key for key, *_ in HEADLINE_METRICS}  # shown by their labels (reward, tokens/s, sync)
+        assert all(f"{key} " in line for key in train[step - 1]["metrics"] if key not in headline), "every metric"
+    assert "+" not in log.split("trinity.metrics: [train] step 3/3", 1)[1].splitlines()[0].split("|")[-1]
 
 
 def run_cli(config_file: Path, log: Path, *, verbose: bool = False) -> subprocess.Popen[bytes]:

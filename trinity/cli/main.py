@@ -100,11 +100,15 @@ class _OneLineFormatter(logging.Formatter):
 class _CLIHandler(logging.StreamHandler):  # type: ignore[type-arg]
     """The handler :func:`configure_logging` installs (found and replaced on a second call)."""
 
+    #: What this handler shows reaches the console (``trinity.monitor.run_log`` looks for it).
+    trinity_console = True
+
 
 def configure_logging(verbosity: int, debug: bool = False) -> None:
     """Send log records to stderr, one line each: WARNING and up, INFO with ``-v``, DEBUG with ``-vv``."""
     level = logging.WARNING if verbosity <= 0 else logging.INFO if verbosity == 1 else logging.DEBUG
     handler = _CLIHandler(sys.stderr)
+    handler.setLevel(level)  # a run's log file takes INFO lines of the trinity loggers whatever the console shows
     handler.setFormatter(_OneLineFormatter(debug))
     root = logging.getLogger()
     for old in [h for h in root.handlers if isinstance(h, _CLIHandler)]:

@@ -22,6 +22,7 @@ from trinity.common.ray_connect import (
 )
 from trinity.device.selection import Selection
 from trinity.launcher.run_lock import RunFolderLock, is_lock_file, lock_run_folder
+from trinity.monitor.run_log import RunLog
 from trinity.utils import stop
 
 logger = logging.getLogger("trinity.launcher")
@@ -37,6 +38,8 @@ class Session:
     layout: Layout
     #: The run folder's role locks, held until :meth:`close`; None for a session built without them.
     lock: RunFolderLock | None = None
+    #: ``<run>/trinity.log``, written until :meth:`close`; None for a session built without it.
+    run_log: RunLog | None = None
 
     @property
     def run_dir(self) -> Path:
@@ -49,6 +52,8 @@ class Session:
         try:
             disconnect(self.connection)
         finally:
+            if self.run_log is not None:
+                self.run_log.close()
             if self.lock is not None:
                 self.lock.release()
 
@@ -126,7 +131,9 @@ def open_session(plan: RunPlan) -> Session:
         if layout.engines:
             check_engine_requirements(layout, alive_nodes=len(alive))
         plan.run_dir.mkdir(parents=True, exist_ok=True)
-        undo.pop_all()  # the session owns the connection and the lock from here; Session.close lets both go
+        run_log = RunLog(plan.run_dir)  # from here every INFO line and metric row reaches <run>/trinity.log
+        undo.callback(run_log.close)
+        undo.pop_all()  # the session owns the connection, the lock and the log from here; Session.close lets go
     logger.info(
         "Ray: %s; device backend %s (%s); %d %s engine(s), %d trainer rank(s), sync %s; run folder %s",
         describe_connection(connection), selection.name, selection.reason, layout.engines, layout.engine_type,
@@ -134,7 +141,7 @@ def open_session(plan: RunPlan) -> Session:
     )
     for note in plan.notes:
         logger.info("config: %s", note)
-    return Session(plan, connection, selection, layout, lock)
+    return Session(plan, connection, selection, layout, lock, run_log)
 
 
 def check_engine_requirements(layout: Layout, alive_nodes: int) -> None:

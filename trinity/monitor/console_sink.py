@@ -1,11 +1,16 @@
 """``console`` sink: a rich progress display, or one plain line per record where that fits better.
 
-On a terminal the display shows the phase, a bar, ``step x/total``, the
-latest reward, tokens/s and sync time, elapsed time and ETA; evaluation
-results are printed above it. When the output is not a terminal, when
-``CI=true`` or ``TERM=dumb``, every ``log`` call prints one line instead::
+On a terminal the display is one live line: the phase, a bar, ``step
+x/total``, the latest reward, tokens/s and sync time, elapsed time and ETA;
+evaluation results are printed above it. When the output is not a terminal,
+when ``CI=true`` or ``TERM=dumb``, every ``log`` call prints one line with
+every metric instead (unless ``-v`` already shows those lines through the
+log)::
 
     [train] step 3/10 | reward 0.5123 | tokens/s 1,234 | sync 0.210s | elapsed 0:00:12 | ETA 0:00:28 | loss 0.1234
+
+Either way the run's ``trinity.log`` gets every line in full
+(:mod:`trinity.monitor.run_log`).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Any, TextIO
 
 from trinity.monitor.keys import PHASE_EVAL, REWARD_MEAN, SYNC_SECONDS, TOKENS_PER_SECOND
 from trinity.monitor.records import MetricRecord, MetricValue
+from trinity.monitor.run_log import metric_lines_reach_the_console
 from trinity.monitor.sink import MONITOR_SINKS, Sink, SinkContext
 
 #: Metrics singled out on the console: key, label, unit, field of the rich display.
@@ -96,8 +102,8 @@ class ProgressClock:
         return f"step {step}/{self.total_steps}" if self.total_steps else f"step {step}"
 
 
-def format_line(record: MetricRecord, clock: ProgressClock) -> str:
-    """Return the plain one-line form of ``record``."""
+def format_line(record: MetricRecord, clock: ProgressClock, *, full: bool = False) -> str:
+    """Return the plain one-line form of ``record`` (``full``: every metric, else the first few and a count)."""
     parts = [f"[{record.phase}] {clock.step_text(record.step)}"]
     shown: set[str] = set()
     for key, label, unit, _ in HEADLINE_METRICS:
@@ -109,8 +115,9 @@ def format_line(record: MetricRecord, clock: ProgressClock) -> str:
     if eta is not None and record.phase != PHASE_EVAL:
         parts.append(f"ETA {format_duration(eta)}")
     others = [key for key in record.metrics if key not in shown]
-    parts.extend(f"{key} {format_value(record.metrics[key])}" for key in others[:MAX_EXTRA_METRICS])
-    if len(others) > MAX_EXTRA_METRICS:
+    shown_others = others if full else others[:MAX_EXTRA_METRICS]
+    parts.extend(f"{key} {format_value(record.metrics[key])}" for key in shown_others)
+    if len(others) > len(shown_others):
         parts.append(f"+{len(others) - MAX_EXTRA_METRICS} more")
     return " | ".join(parts)
 
@@ -162,8 +169,10 @@ class ConsoleSink(Sink):
         if record.phase != PHASE_EVAL:
             self._clock.advance(record.step)
         if self.plain:
+            if record.phase != PHASE_EVAL and metric_lines_reach_the_console():
+                return  # -v: the full line reaches the console through the log already
             out = self._out()
-            out.write(format_line(record, self._clock) + "\n")
+            out.write(format_line(record, self._clock, full=True) + "\n")
             out.flush()
             return
         if record.phase == PHASE_EVAL:

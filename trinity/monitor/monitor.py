@@ -33,11 +33,14 @@ from trinity.errors import BadInputError, describe_storage_error, storage_error
 
 # The sink modules register themselves in MONITOR_SINKS when imported.
 from trinity.monitor import console_sink, jsonl_sink, tensorboard_sink, wandb_sink  # noqa: F401
-from trinity.monitor.keys import METRICS_FILE, REWARD_PLOT_FILE
+from trinity.monitor.console_sink import ProgressClock, format_line
+from trinity.monitor.keys import METRICS_FILE, PHASE_EVAL, REWARD_PLOT_FILE
 from trinity.monitor.records import MetricRecord, resume_marker, to_metrics
+from trinity.monitor.run_log import METRICS_LOGGER
 from trinity.monitor.sink import MONITOR_SINKS, MonitorError, Sink, SinkContext
 
 logger = logging.getLogger(__name__)
+_metric_lines = logging.getLogger(METRICS_LOGGER)
 
 
 class MetricsWriteError(MonitorError, BadInputError):
@@ -113,6 +116,8 @@ class Monitor:
         self._closed = False
         #: The reward curve, once :meth:`close` has drawn it.
         self.plot_path: Path | None = None
+        #: Step progress of the full metric lines (elapsed time and ETA).
+        self._line_clock = ProgressClock(context.total_steps)
         #: This process's run of the job (a resumed job gets a new one), as resume markers name it.
         self.run_id = uuid.uuid4().hex[:12]
 
@@ -158,6 +163,10 @@ class Monitor:
                     sink.log(record)
                 except Exception as exc:  # noqa: BLE001 - a broken sink must not stop the run; reported below
                     self._drop(sink_name, sink, exc)
+            if record.phase != PHASE_EVAL:
+                self._line_clock.advance(record.step)
+            # in full, whatever the console shows: the run's log file takes it (and the console with -v)
+            _metric_lines.info("%s", format_line(record, self._line_clock, full=True))
 
     def mark_resume(
         self, step: int, phases: Mapping[str, int] | None = None, scope: Iterable[str] | None = None
