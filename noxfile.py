@@ -7,6 +7,7 @@ pull a multi-GB CUDA build, and torch-npu must never be installed without CANN.
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import shutil
 import tempfile
@@ -55,7 +56,9 @@ def typecheck(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """The whole pytest suite: core, CLI, every backend's conformance, the vendor example."""
     install_project(session)
-    session.run("pytest", *session.posargs)
+    # in CI the log names the slowest tests: the figures a split into test tiers is made from
+    durations = ["--durations=150"] if os.environ.get("CI", "").lower() in ("1", "true", "yes") else []
+    session.run("pytest", *durations, *session.posargs)
 
 
 @nox.session(name="conformance")

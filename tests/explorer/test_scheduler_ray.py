@@ -40,6 +40,17 @@ def engines(ray_cluster: Any, plan: RunPlan) -> Iterator[list[Any]]:
         ray_cluster.kill(actor)
 
 
+def test_workers_draw_no_progress_bars_unless_the_user_chose(plan: RunPlan, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray forwards each worker's "Loading weights" bar to the console, where it breaks the run's live line."""
+    from trinity.trainer.trainer import worker_actor_options
+
+    monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS", raising=False)
+    for options in (engine_actor_options(plan, HFEngine), worker_actor_options(1.0)):
+        assert options["runtime_env"]["env_vars"]["HF_HUB_DISABLE_PROGRESS_BARS"] == "1"
+    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "0")  # the user's choice is Ray's to forward, not ours
+    assert "HF_HUB_DISABLE_PROGRESS_BARS" not in engine_actor_options(plan, HFEngine)["runtime_env"]["env_vars"]
+
+
 def test_actor_options_follow_the_device_backend(plan: RunPlan) -> None:
     options = engine_actor_options(plan, HFEngine)
     assert options["max_concurrency"] == 4 and options["num_cpus"] == 1

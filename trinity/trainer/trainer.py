@@ -121,11 +121,13 @@ def worker_actor_options(
 ) -> dict[str, Any]:
     """Return Ray actor options for one trainer rank: one device of the selected backend plus ``num_cpus``."""
     from trinity.utils import plugins
+    from trinity.utils.worker_env import quiet_worker_env
 
     options: dict[str, Any] = {
         "num_cpus": num_cpus,
         # the user's plugins (custom losses, advantages, ...) load in the rank: see trinity.trainer.fsdp_worker
-        "runtime_env": {"env_vars": {**(env or {}), **plugins.worker_env(), **trinity.device.worker_env()}},
+        "runtime_env": {"env_vars": {**quiet_worker_env(), **(env or {}), **plugins.worker_env(),
+                                     **trinity.device.worker_env()}},
     }
     options.update(trinity.device.ray_actor_resources(1))
     if placement_group is not None:

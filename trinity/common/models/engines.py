@@ -54,6 +54,7 @@ def engine_actor_options(plan: RunPlan, engine_cls: type, engine: EnginePlan | N
     true (vLLM) sets its devices' visibility itself, so Ray is told not to.
     """
     from trinity import device
+    from trinity.utils.worker_env import quiet_worker_env
 
     engine = engine or plan.explorer.rollout
     if engine.external is not None:  # an HTTP client: no device, no CPU reserved; the endpoint's URL and key
@@ -65,7 +66,7 @@ def engine_actor_options(plan: RunPlan, engine_cls: type, engine: EnginePlan | N
                 "runtime_env": {"env_vars": {name: os.environ[name] for name in names if name in os.environ}}}
     tp = engine.tensor_parallel_size
     self_managed = bool(getattr(engine_cls, "manages_devices", False))
-    env = {**plan.explorer.env_vars, **device.worker_env(self_managed_devices=self_managed)}
+    env = {**quiet_worker_env(), **plan.explorer.env_vars, **device.worker_env(self_managed_devices=self_managed)}
     options: dict[str, Any] = {
         "num_cpus": plan.cluster.cpus_per_bundle,
         # runners of this engine call it concurrently; the engine combines their requests into batches
