@@ -14,7 +14,8 @@ import tempfile
 
 import nox
 
-nox.options.sessions = ["lint", "typecheck", "tests", "wheels"]
+# `nox` (the README's command): lint, types and the fast tier; .ci/run adds the slow tier and the wheels
+nox.options.sessions = ["lint", "typecheck", "tests"]
 nox.options.reuse_existing_virtualenvs = True
 
 ROOT = pathlib.Path(__file__).parent
@@ -54,11 +55,21 @@ def typecheck(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The whole pytest suite: core, CLI, every backend's conformance, the vendor example."""
+    """The fast tier of the pytest suite (every test not marked slow); with arguments, pytest runs just those."""
     install_project(session)
-    # in CI the log names the slowest tests: the figures a split into test tiers is made from
-    durations = ["--durations=150"] if os.environ.get("CI", "").lower() in ("1", "true", "yes") else []
-    session.run("pytest", *durations, *session.posargs)
+    session.run("pytest", *_durations(), *(session.posargs or ["-m", "not slow"]))
+
+
+@nox.session
+def slow(session: nox.Session) -> None:
+    """The slow tier: whole runs, the fault suite, simulated clusters, wheels and venvs (tests/conftest.py)."""
+    install_project(session)
+    session.run("pytest", *_durations(), "-m", "slow", *session.posargs)
+
+
+def _durations() -> list[str]:
+    # in CI the log names the slowest tests: the figures the tiers are made from
+    return ["--durations=150"] if os.environ.get("CI", "").lower() in ("1", "true", "yes") else []
 
 
 @nox.session(name="conformance")

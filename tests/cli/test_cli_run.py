@@ -79,6 +79,7 @@ def test_a_model_folder_transformers_cannot_load_is_one_line(trinity: Runner, tm
     (broken / "model.safetensors").write_bytes(b"x")
     (broken / "tokenizer.json").write_text("not json", encoding="utf-8")  # every file is there; transformers fails
     text = GOOD.replace("ROOT/tiny\n  tiny: {}", "ROOT/broken") + "cluster:\n  ray_address: local\n"
+    text += "checkpoint_root_dir: ROOT/ckpt\n"  # the run gets as far as its folder: not in the working directory
     result = trinity("run", "--config", str(write(tmp_path, text)), timeout=240)
     assert result.returncode == 2, result.stderr
     line = result.error_line()
