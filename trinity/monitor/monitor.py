@@ -166,7 +166,8 @@ class Monitor:
             if record.phase != PHASE_EVAL:
                 self._line_clock.advance(record.step)
             # in full, whatever the console shows: the run's log file takes it (and the console with -v)
-            _metric_lines.info("%s", format_line(record, self._line_clock, full=True))
+            if _metric_lines.isEnabledFor(logging.INFO):  # no run log and no -v: no line to format
+                _metric_lines.info("%s", format_line(record, self._line_clock, full=True))
 
     def mark_resume(
         self, step: int, phases: Mapping[str, int] | None = None, scope: Iterable[str] | None = None
