@@ -204,9 +204,9 @@ class _TrinityLoop:
     def __init__(self, model_path: Path, records: list[dict[str, str]], workdir: Path, args: argparse.Namespace):
         from trinity.buffer import pipeline_for_plan
         from trinity.common.config import parse_config
-        from trinity.common.config.plan.run import resolve_run
         from trinity.common.models.hf_engine import HFEngine
         from trinity.explorer.scheduler import Scheduler
+        from trinity.planner.run import resolve_run
         from trinity.trainer.trainer import FSDPTrainer
 
         rows = args.batch * args.group

@@ -116,7 +116,7 @@ def build_model(size: str, workdir: Path) -> tuple[Path, int]:
 def make_plan(model: Path, workdir: Path, ranks: int) -> Any:
     """The quickstart's config on ``model`` with ``ranks`` trainer ranks and one engine, resolved to a plan."""
     from trinity.common.config import load_config
-    from trinity.common.config.plan.run import resolve_run
+    from trinity.planner.run import resolve_run
 
     raw = yaml.safe_load(QUICKSTART.read_text())
     raw["model"].pop("tiny", None)

@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from trinity.common.config import Config, parse_config
-from trinity.common.config.plan.run import RunPlan, resolve_run
+from trinity.common.config.plan.run import RunPlan
 from trinity.common.config.validator import Layout, resolve_layout
+from trinity.planner.run import resolve_run
 
 #: A small valid config: both modes' sections filled, every path a placeholder that tests override.
 BASE: dict[str, Any] = {

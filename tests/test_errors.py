@@ -15,11 +15,11 @@ from trinity.common.config.errors import ConfigError
 from trinity.common.models.placement import PlacementError
 from trinity.common.models.pretrained import ModelPathError, check_model_folder
 from trinity.common.ray_connect import RayConnectionError
-from trinity.common.registry import DuplicateNameError, UnknownNameError
 from trinity.device import errors as device_errors
 from trinity.errors import EXIT_FAILURE, EXIT_USAGE, TrinityError
 from trinity.synchronizer.synchronizer import SyncError, SyncTimeoutError
 from trinity.trainer.checkpoint import CheckpointError, CheckpointWriteError
+from trinity.utils.registry import DuplicateNameError, UnknownNameError
 
 BAD_INPUT = [
     ConfigError,

@@ -12,7 +12,7 @@ from trinity.algorithm.advantage import ADVANTAGE_FNS, AdvantageInputs, compute_
 from trinity.algorithm.options import UnknownOptionError
 from trinity.algorithm.returns import discounted_returns, generalized_advantage_estimation, outcome_token_rewards
 from trinity.common.experience import Experience, make_batch
-from trinity.common.registry import UnknownNameError
+from trinity.utils.registry import UnknownNameError
 
 NAN = float("nan")
 EPS = 1e-6  # GRPO's default epsilon

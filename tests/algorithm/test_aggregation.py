@@ -9,7 +9,7 @@ import torch
 
 from trinity.algorithm.aggregation import LOSS_AGGREGATIONS, aggregate
 from trinity.algorithm.masked import masked_mean, masked_var, masked_whiten
-from trinity.common.registry import UnknownNameError
+from trinity.utils.registry import UnknownNameError
 
 NAN = float("nan")
 # Row 0 keeps 1, 2, 3; row 1 keeps 4; row 2 keeps nothing. NaNs sit only at masked positions.

@@ -11,7 +11,7 @@ import pytest
 from trinity import algorithm
 from trinity.algorithm.algorithms import AlgorithmSpec, register_algorithm
 from trinity.algorithm.catalog import ALGORITHMS
-from trinity.common.registry import DuplicateNameError, UnknownNameError
+from trinity.utils.registry import DuplicateNameError, UnknownNameError
 
 # Upstream's AlgorithmType.default_config() over its validator's global defaults (sample_strategy warmup,
 # policy_loss_fn ppo, advantage_fn ppo, kl_penalty_fn none, kl_loss_fn k2, entropy_loss_fn default), and the

@@ -12,7 +12,7 @@ import pytest
 
 from trinity.algorithm import catalog
 from trinity.algorithm.catalog import FAMILIES, FunctionInfo
-from trinity.common.registry import import_object
+from trinity.utils.registry import import_object
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -16,7 +16,7 @@ from trinity.algorithm.kl import (
     kl_reward_penalty,
     sequence_mean_kl,
 )
-from trinity.common.registry import UnknownNameError
+from trinity.utils.registry import UnknownNameError
 
 LOGP = torch.tensor([-1.0, -2.0], dtype=torch.float64)
 REF = torch.tensor([-1.5, -1.0], dtype=torch.float64)

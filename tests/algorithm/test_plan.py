@@ -8,8 +8,8 @@ import pytest
 
 from trinity.algorithm.options import UnknownOptionError
 from trinity.common.config.schema.algorithm import AlgorithmConfig
-from trinity.common.registry import UnknownNameError
 from trinity.trainer.plan import GroupFilter, KLTerm, PlanError, TrainingPlan, check_mode, resolve_plan
+from trinity.utils.registry import UnknownNameError
 
 K2 = KLTerm(fn="k2", coef=0.001)
 

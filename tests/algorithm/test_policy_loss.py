@@ -16,7 +16,7 @@ from trinity.algorithm.policy_loss import (
     interleave_pairs,
 )
 from trinity.common.experience import Experience, make_batch
-from trinity.common.registry import UnknownNameError
+from trinity.utils.registry import UnknownNameError
 
 NAN = float("nan")
 F64 = torch.float64

@@ -38,7 +38,7 @@ def test_without_trl_the_benchmark_stops_with_one_line() -> None:
 @pytest.mark.parametrize("name", ["quickstart", "5m"])
 def test_the_trinity_side_runs_the_quickstart_with_the_setups_knobs(tmp_path: Path, name: str) -> None:
     from trinity.common.config import load_config
-    from trinity.common.config.plan.run import resolve_run
+    from trinity.planner.run import resolve_run
 
     bench = _bench()
     setup = bench.SETUPS[name]  # type: ignore[attr-defined]

@@ -21,7 +21,7 @@ from trinity.buffer import (
 )
 from trinity.common.config import ConfigError
 from trinity.common.experience import Experience
-from trinity.common.registry import UnknownNameError
+from trinity.utils.registry import UnknownNameError
 
 
 def shaped(name: str, reward: float, exp: Experience | None = None, **options: float) -> float:

@@ -17,7 +17,7 @@ from trinity.buffer import (
     StorageTimeoutError,
     make_sample_strategy,
 )
-from trinity.common.registry import UnknownNameError
+from trinity.utils.registry import UnknownNameError
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli._runner import TRINITY
-from trinity.common.registry import DuplicateNameError, Registry
+from trinity.utils.registry import DuplicateNameError, Registry
 
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "examples" / "quickstart" / "cpu.yaml"

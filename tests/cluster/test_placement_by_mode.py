@@ -27,11 +27,11 @@ from tests.cluster.simulated import simulated_cluster
 from tests.e2e.test_run_both import job_config
 from trinity import device
 from trinity.common.config import parse_config
-from trinity.common.config.plan.run import resolve_run
 from trinity.common.models.placement import PlacementError, create_placement_group
 from trinity.errors import EXIT_USAGE
 from trinity.launcher import run_plan
 from trinity.launcher.bench import BENCH_DIR
+from trinity.planner.run import resolve_run
 
 NODE = {"num_cpus": 3, "resources": {"ACME": 2}}
 

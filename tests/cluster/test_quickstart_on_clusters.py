@@ -25,8 +25,8 @@ import ray
 from tests.cluster.conftest import simulated_cluster
 from trinity import device
 from trinity.common.config import load_config
-from trinity.common.config.plan.run import resolve_run
 from trinity.launcher.session import open_session
+from trinity.planner.run import resolve_run
 
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "examples" / "quickstart" / "cpu.yaml"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trinity.common.registry import DuplicateNameError, Registry, UnknownNameError
+from trinity.utils.registry import DuplicateNameError, Registry, UnknownNameError
 
 
 def test_register_get_and_suggest() -> None:

@@ -6,9 +6,9 @@ import pytest
 
 from tests.plans import make_config, make_plan
 from trinity.common.config import ConfigError
-from trinity.common.config.plan.model import resolve_lengths
-from trinity.common.config.plan.stages import stage_configs
 from trinity.common.config.verl_keys import VERL_KEYS, read_trainer_config
+from trinity.planner.model import resolve_lengths
+from trinity.planner.stages import stage_configs
 
 ACTOR = "trainer.trainer_config.actor_rollout_ref.actor"
 

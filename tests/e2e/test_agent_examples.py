@@ -18,12 +18,12 @@ import pytest
 
 from tests.models.teach import teach_replies
 from trinity.common.config import load_config
-from trinity.common.config.plan.run import resolve_run
 from trinity.common.models.tiny import build_tiny_model
 from trinity.common.workflows.agent import AgentWorkflow, Episode
 from trinity.common.workflows.catalog import WORKFLOWS
 from trinity.common.workflows.react import SYSTEM_PROMPT, TOOLS
 from trinity.launcher import run_plan
+from trinity.planner.run import resolve_run
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 2

@@ -19,7 +19,6 @@ import pytest
 
 from tests.models.teach import teach_token_replies
 from trinity.common.config import load_config
-from trinity.common.config.plan.run import resolve_run
 from trinity.common.models.client import EngineClient
 from trinity.common.models.engine import SamplingParams
 from trinity.common.models.hf_engine import HFEngine
@@ -27,6 +26,7 @@ from trinity.common.models.tiny import build_tiny_model
 from trinity.common.workflows.base import Task
 from trinity.common.workflows.catalog import WORKFLOWS
 from trinity.launcher import run_plan
+from trinity.planner.run import resolve_run
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "examples" / "agents" / "agentscope_react" / "gsm8k.yaml"

@@ -14,8 +14,8 @@ import pytest
 
 from tests.e2e.test_run_both import job_config, records
 from trinity.common.config import parse_config
-from trinity.common.config.plan.run import resolve_run
 from trinity.launcher import run_plan
+from trinity.planner.run import resolve_run
 from trinity.trainer.trainer import FSDPTrainer
 
 MAX_STALENESS = 1

@@ -19,8 +19,8 @@ import yaml
 from tests.e2e import engine_killers
 from tests.e2e.test_run_both import REPO, job_config, records
 from trinity.common.config import parse_config
-from trinity.common.config.plan.run import resolve_run
 from trinity.launcher import run_plan
+from trinity.planner.run import resolve_run
 
 
 @pytest.fixture(scope="module")

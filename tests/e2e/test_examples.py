@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from trinity.common.config import load_config
-from trinity.common.config.plan.run import resolve_run
 from trinity.launcher import run_plan
+from trinity.planner.run import resolve_run
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 2

@@ -9,12 +9,12 @@ import pytest
 
 from tests.e2e.test_run_both import job_config, records
 from trinity.common.config import parse_config
-from trinity.common.config.plan.run import resolve_run
 from trinity.common.experience import Experience
 from trinity.common.models.client import RolloutModel
 from trinity.common.workflows import WORKFLOWS, Task
 from trinity.common.workflows.toy import ToyRepeatWorkflow
 from trinity.launcher import run_plan
+from trinity.planner.run import resolve_run
 
 READ_TIMEOUT = 600.0
 

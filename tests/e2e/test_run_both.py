@@ -17,10 +17,10 @@ import yaml
 
 from tests.processes import kill_session
 from trinity.common.config import parse_config
-from trinity.common.config.plan.run import resolve_run
 from trinity.launcher import run_plan
 from trinity.monitor import load_records
 from trinity.monitor.console_sink import HEADLINE_METRICS
+from trinity.planner.run import resolve_run
 from trinity.trainer.checkpoint import CheckpointDir
 
 REPO = Path(__file__).resolve().parents[2]

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from trinity.common.config import ConfigError, parse_config
-from trinity.common.config.plan.run import resolve_run
 from trinity.launcher import run_plan
+from trinity.planner.run import resolve_run
 from trinity.synchronizer.checkpoint_sync import read_version
 
 from .test_run_both import TASKS, job_config, records

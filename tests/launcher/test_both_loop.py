@@ -15,10 +15,10 @@ import pytest
 
 from tests.e2e.test_run_both import job_config, records
 from trinity.common.config import parse_config
-from trinity.common.config.plan.run import resolve_run
 from trinity.launcher import both as both_module
 from trinity.launcher import run_plan
 from trinity.launcher.both_loop import BothLoop
+from trinity.planner.run import resolve_run
 
 
 @pytest.fixture(scope="module")

@@ -181,8 +181,8 @@ def _stages_config(tmp_path: Path) -> Config:
 def test_a_stages_run_holds_its_folder_from_the_first_stage_to_the_last(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from trinity.common.config.plan.run import run_dir_of
     from trinity.launcher import modes, stages
+    from trinity.planner.run import run_dir_of
 
     config = _stages_config(tmp_path)
     top = run_dir_of(config)
@@ -208,8 +208,8 @@ def test_a_stages_run_holds_its_folder_from_the_first_stage_to_the_last(
 def test_a_second_stages_run_is_refused_before_its_first_stage(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, holders: list[Holder]
 ) -> None:
-    from trinity.common.config.plan.run import run_dir_of
     from trinity.launcher import modes, stages
+    from trinity.planner.run import run_dir_of
 
     config = _stages_config(tmp_path)
     holders.append(Holder(run_dir_of(config), "train"))

@@ -17,8 +17,8 @@ import pytest
 
 from tests.e2e.test_run_both import job_config, records
 from trinity.common.config import parse_config
-from trinity.common.config.plan.run import resolve_run
 from trinity.launcher import run_plan
+from trinity.planner.run import resolve_run
 
 PARTS = ("time/explore_s", "time/train_s", "time/save_s", "time/sync_s", "time/eval_s", "time/driver_s")
 ALWAYS = (

@@ -11,7 +11,6 @@ import pytest
 
 from tests.monitor._helpers import only
 from tests.plans import make_plan
-from trinity.common.registry import UnknownNameError
 from trinity.monitor import (
     METRICS_FILE,
     MONITOR_SINKS,
@@ -24,6 +23,7 @@ from trinity.monitor import (
     enabled_sinks,
     load_records,
 )
+from trinity.utils.registry import UnknownNameError
 
 
 class RecordingSink(Sink):

@@ -16,7 +16,6 @@ from trinity.common.config import ConfigError
 from trinity.common.config.schema import AlgorithmConfig
 from trinity.common.config.validator import resolve_layout
 from trinity.common.experience import make_batch
-from trinity.common.registry import UnknownNameError
 from trinity.device import CompileSupport, hookimpl
 from trinity.device import facade as device_facade
 from trinity.device.loader import BackendRecord, builtin_records, load_plugin
@@ -33,6 +32,7 @@ from trinity.trainer.checkpoint import CheckpointDir, CheckpointError, resolve_c
 from trinity.trainer.fsdp_worker import FSDPWorker
 from trinity.trainer.models import TorchCompileUnsupportedError, resolve_torch_compile
 from trinity.trainer.plan import PlanError, resolve_plan
+from trinity.utils.registry import UnknownNameError
 
 # --- the plan ---------------------------------------------------------------------------
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from trinity.common.registry import UnknownNameError
 from trinity.common.rewards import (
     REWARD_FNS,
     answers_match,
@@ -15,6 +14,7 @@ from trinity.common.rewards import (
     reference_answer,
     toy_repeat_reward,
 )
+from trinity.utils.registry import UnknownNameError
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,6 @@ import sys
 
 import pytest
 
-from trinity.common.registry import UnknownNameError
 from trinity.common.rewards import (
     REWARD_FNS,
     RewardOptionError,
@@ -24,6 +23,7 @@ from trinity.common.rewards import (
 from trinity.common.rewards.countdown import evaluate_arithmetic
 from trinity.common.rewards.math_eval import eval_extract_answer
 from trinity.common.rewards.math_text import boxed_content, canonical_math, words_to_number
+from trinity.utils.registry import UnknownNameError
 
 UPSTREAM_REWARDS = ("math_reward", "math_boxed_reward", "format_reward", "countdown_reward", "accuracy_reward",
                     "math_dapo_reward")

@@ -11,7 +11,6 @@ from tests.plans import make_plan
 from tests.workflows.scripted import ScriptedEngine, cycling
 from trinity.common.models.engine import SamplingParams
 from trinity.common.models.hf_engine import HFEngine
-from trinity.common.registry import UnknownNameError
 from trinity.common.workflows import (
     WORKFLOWS,
     MathWorkflow,
@@ -20,6 +19,7 @@ from trinity.common.workflows import (
     make_workflow,
     sampling_from_model,
 )
+from trinity.utils.registry import UnknownNameError
 
 
 def test_task_from_a_task_set_record() -> None:

@@ -150,7 +150,7 @@ def compute_filtered_advantages(
 
     ``token_filter`` is None unless the function also masks tokens out of the
     loss (it then returns a third element, a :class:`TokenFilter`). Raises
-    :class:`~trinity.common.registry.UnknownNameError` for an unknown name,
+    :class:`~trinity.utils.registry.UnknownNameError` for an unknown name,
     :class:`~trinity.algorithm.options.UnknownOptionError` for an option the
     function does not take, and whatever the function raises.
     """

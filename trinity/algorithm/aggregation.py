@@ -22,7 +22,7 @@ def aggregate(
 
     ``normalizer`` is the fixed length ``seq-mean-token-sum-norm`` divides by
     (ignored by the other modes). Raises
-    :class:`~trinity.common.registry.UnknownNameError` for an unknown mode and
+    :class:`~trinity.utils.registry.UnknownNameError` for an unknown mode and
     ValueError when ``values`` and ``mask`` are not matching ``[B, T-1]`` tensors.
     """
     result: torch.Tensor = LOSS_AGGREGATIONS.get(mode)(values, as_mask(mask), normalizer=normalizer)

@@ -25,7 +25,7 @@ from trinity.algorithm.catalog import (
     POLICY_LOSS_FNS,
     SAMPLE_STRATEGY_OPTIONS,
 )
-from trinity.common.registry import Registry, UnknownNameError
+from trinity.utils.registry import Registry, UnknownNameError
 
 #: Where advantages are computed: by the trainer on the whole batch (upstream's
 #: ``compute_advantage_in_trainer``), group-locally in the buffer, or nowhere (the loss reads none).

@@ -16,7 +16,7 @@ from typing import Any
 from trinity.algorithm.catalog import AGGREGATIONS, OPTION_CHOICES, Family, FunctionInfo
 from trinity.algorithm.class_adapters import class_default_args, is_class_entry
 from trinity.algorithm.options import UnknownOptionError, check_option_names, check_options
-from trinity.common.registry import UnknownNameError
+from trinity.utils.registry import UnknownNameError
 
 
 class PlanError(ValueError):

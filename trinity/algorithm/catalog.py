@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from trinity.common.registry import Registry
+from trinity.utils.registry import Registry
 
 #: Inputs a function may read, beyond the response mask (and, for losses, the policy's log-probs).
 READABLE = frozenset(

@@ -23,7 +23,7 @@ def compute_kl(
 ) -> torch.Tensor:
     """Return the per-token KL estimate named ``kl_fn`` (``old_logprobs`` is read by ``corrected_k3`` only).
 
-    Raises :class:`~trinity.common.registry.UnknownNameError` for an unknown
+    Raises :class:`~trinity.utils.registry.UnknownNameError` for an unknown
     name, ValueError on mismatched shapes.
     """
     entry = KL_FNS.get(kl_fn)

@@ -13,7 +13,7 @@ import inspect
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from trinity.common.registry import Registry
+from trinity.utils.registry import Registry
 
 R = TypeVar("R")
 
@@ -58,7 +58,7 @@ def check_option_names(kind: str, name: str, known: Iterable[str], options: Mapp
 def call_registered(registry: Registry[Callable[..., R]], name: str, *args: Any, **options: Any) -> R:
     """Call the function registered under ``name`` with ``args`` and keyword ``options`` and return its result.
 
-    Raises :class:`~trinity.common.registry.UnknownNameError` for an unknown name and
+    Raises :class:`~trinity.utils.registry.UnknownNameError` for an unknown name and
     :class:`UnknownOptionError` for an option the function does not take.
     """
     fn = registry.get(name)

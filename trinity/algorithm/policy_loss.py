@@ -143,7 +143,7 @@ def interleave_pairs(chosen: torch.Tensor, rejected: torch.Tensor) -> torch.Tens
 def compute_policy_loss(name: str, inputs: PolicyLossInputs, **options: Any) -> tuple[torch.Tensor, dict[str, float]]:
     """Return ``(loss, metrics)`` of the policy loss ``name`` called with ``options``.
 
-    Raises :class:`~trinity.common.registry.UnknownNameError` for an unknown name,
+    Raises :class:`~trinity.utils.registry.UnknownNameError` for an unknown name,
     :class:`~trinity.algorithm.options.UnknownOptionError` for an option the
     loss does not take, and whatever the loss raises.
     """

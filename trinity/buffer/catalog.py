@@ -3,14 +3,14 @@
 Sample strategies (``algorithm.sample_strategy``) and experience operators
 (``data_processor.experience_pipeline.operators``) are named in configs and
 checked when a config is loaded, before torch is imported; their modules are
-imported on first :meth:`~trinity.common.registry.Registry.get`.
+imported on first :meth:`~trinity.utils.registry.Registry.get`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from trinity.common.registry import Registry
+from trinity.utils.registry import Registry
 
 #: Sample strategies, by name: ``factory(storage, *, batch_size, group_size, [batch_rows,] **options)``.
 SAMPLE_STRATEGIES: Registry[Any] = Registry("sample strategy")

@@ -383,7 +383,7 @@ def make_sample_strategy(
 ) -> SampleStrategy:
     """Return the strategy ``name`` over ``storage`` (``batch_rows``: see :meth:`SampleStrategy.sample`).
 
-    Raises :class:`~trinity.common.registry.UnknownNameError` for an unknown
+    Raises :class:`~trinity.utils.registry.UnknownNameError` for an unknown
     name and ValueError (one line) for an option the strategy does not take.
     """
     factory = SAMPLE_STRATEGIES.get(name)

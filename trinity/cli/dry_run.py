@@ -43,11 +43,11 @@ def dry_run(config_path: str, overrides: dict[str, Any], device_name: str | None
     """Print the plan of ``config_path`` (every stage of a multi-stage config); return 0. Raises ConfigError."""
     from trinity.cli.plan_view import render_plan
     from trinity.common.config import load_config
-    from trinity.common.config.plan.run import resolve_run
     from trinity.common.config.precision import resolve_precision
-    from trinity.common.config.preflight import preflight
     from trinity.common.config.validator import resolve_layout
     from trinity.common.workflows.checks import check_user_classes
+    from trinity.planner.preflight import preflight
+    from trinity.planner.run import resolve_run
 
     config = load_config(config_path, overrides)
     if config.stages:

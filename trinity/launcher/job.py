@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Any
 
 from trinity.common.config import load_config
-from trinity.common.config.plan.run import resolve_run
 from trinity.launcher.modes import run_plan
+from trinity.planner.run import resolve_run
 
 
 def run_job(config_path: str | Path, overrides: dict[str, Any] | None = None) -> int:

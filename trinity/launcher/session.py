@@ -101,7 +101,7 @@ def open_session(plan: RunPlan) -> Session:
     import ray
 
     from trinity.common.config.precision import check_named_backend
-    from trinity.common.config.preflight import preflight
+    from trinity.planner.preflight import preflight
 
     plan = fresh_run_dir(plan)
     with contextlib.ExitStack() as undo:

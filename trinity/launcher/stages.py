@@ -6,10 +6,11 @@ import copy
 import json
 import logging
 
-from trinity.common.config.plan.run import RunPlan, resolve_run, run_dir_of
-from trinity.common.config.plan.stages import stage_configs, stage_name
+from trinity.common.config.plan.run import RunPlan
 from trinity.common.config.schema import Config
 from trinity.launcher.run_lock import ALL_ROLES, lock_run_folder
+from trinity.planner.run import resolve_run, run_dir_of
+from trinity.planner.stages import stage_configs, stage_name
 
 logger = logging.getLogger("trinity.launcher")
 

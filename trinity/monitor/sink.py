@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from trinity.common.config.loader import ConfigError
-from trinity.common.registry import Registry
 from trinity.monitor.records import MetricRecord
+from trinity.utils.registry import Registry
 
 
 class MonitorError(RuntimeError):

@@ -16,7 +16,7 @@
 
 Where upstream silently rewrites or ignores what a config explicitly asks for,
 this raises a one-line :class:`PlanError` instead. Every name is checked
-against its registry (:class:`~trinity.common.registry.UnknownNameError` with
+against its registry (:class:`~trinity.utils.registry.UnknownNameError` with
 the closest names) and every option name against the function
 (:class:`~trinity.algorithm.options.UnknownOptionError`). Only the light
 :mod:`trinity.algorithm.catalog` is read: resolving a plan never imports torch.
@@ -55,7 +55,7 @@ from trinity.algorithm.catalog import (
 from trinity.algorithm.class_adapters import is_class_entry, policy_loss_reads
 from trinity.algorithm.options import UnknownOptionError, check_option_names
 from trinity.common.config.schema.algorithm import AlgorithmConfig
-from trinity.common.registry import UnknownNameError
+from trinity.utils.registry import UnknownNameError
 
 #: What a loss term averages over, for weighting the pieces of a split step: tokens, rows that have tokens,
 #: every row (DPO pairs), or nothing (``step``: the term is already a sum over the step's pieces).

@@ -34,8 +34,8 @@ def test_fsdp_trainer(selected_backend: str, tiny_model: Path, workdir: Path, de
 
     from trinity.buffer import pipeline_for_plan
     from trinity.common.config import parse_config
-    from trinity.common.config.plan.run import resolve_run
     from trinity.common.models.checksum import state_dict_checksum
+    from trinity.planner.run import resolve_run
     from trinity.trainer.trainer import FSDPTrainer
 
     plan = resolve_run(parse_config({

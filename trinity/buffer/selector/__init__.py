@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from trinity.common.registry import Registry
+from trinity.utils.registry import Registry
 
 #: Task selectors by config name.
 SELECTORS: Registry[Any] = Registry("task selector")

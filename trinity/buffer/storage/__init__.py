@@ -24,7 +24,7 @@ def make_storage(config: StoragePlan, *, run_dir: str | Path = ".", in_process: 
 
     An empty ``config.path`` means ``<run_dir>/buffer/<name>.sqlite`` /
     ``.jsonl``; a relative one lives under ``run_dir``. Raises
-    :class:`~trinity.common.registry.UnknownNameError` for an unknown type and
+    :class:`~trinity.utils.registry.UnknownNameError` for an unknown type and
     :class:`~trinity.buffer.errors.StorageError` when the storage cannot be opened.
     """
     if in_process and config.kind == LocalQueueStorage.storage_type:

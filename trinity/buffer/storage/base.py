@@ -31,7 +31,7 @@ from typing import Any
 
 from trinity.common.config.plan.data import StoragePlan
 from trinity.common.experience import Experience
-from trinity.common.registry import Registry
+from trinity.utils.registry import Registry
 
 
 class ExperienceStorage(ABC):

@@ -257,3 +257,12 @@ def _describe(value: Any) -> str:
 
 def _name(hint: Any) -> str:
     return getattr(hint, "__name__", str(hint).replace("typing.", ""))
+
+
+def in_file(config: Config, exc: ConfigError) -> ConfigError:
+    """Return ``exc`` with the config's file in front of its message (as the loader's errors have)."""
+    file = config.source.file
+    message = str(exc)
+    if not file or message.startswith(f"{file}:"):
+        return exc
+    return ConfigError(f"{file}: {message}")

@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from trinity.common.config.loader import ConfigError
-from trinity.common.config.plan.run import RunPlan, in_file
+from trinity.common.config.loader import ConfigError, in_file
+from trinity.common.config.plan.run import RunPlan
 from trinity.device import facade
 from trinity.device.backend import AUTO_DTYPE, Backend
 from trinity.device.errors import UnsupportedDtypeError

@@ -87,7 +87,7 @@ def resolve_layout(plan: RunPlan, backend: Backend, cluster_resources: Mapping[s
     ``node_num`` / ``gpu_per_node`` left at 0; without it the local probe's
     device count stands in (dry runs). Raises ConfigError naming the config file.
     """
-    from trinity.common.config.plan.run import in_file
+    from trinity.common.config.loader import in_file
 
     try:
         return _layout(plan, backend, cluster_resources, nodes)

@@ -14,7 +14,7 @@ from typing import Any
 from trinity.common.config.plan.explorer import EnginePlan
 from trinity.common.config.plan.run import RunPlan
 from trinity.common.models.openai_api.serving import api_options
-from trinity.common.registry import Registry
+from trinity.utils.registry import Registry
 
 #: Engine classes by engine type, as loaders (``ENGINES.get("hf")()`` is the class).
 ENGINES: Registry[Callable[[], type]] = Registry("inference engine")

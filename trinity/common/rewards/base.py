@@ -22,7 +22,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from trinity.common.registry import Registry
+from trinity.utils.registry import Registry
 
 #: What a reward function returns: the reward, or named parts summed into it.
 RewardValue = float | Mapping[str, float]

@@ -3,7 +3,7 @@
 A config names workflows and reward functions; the names are checked when the
 config is loaded, before Ray or torch start, so the registry lives here, in a
 module that imports nothing heavy. A workflow class is imported on first
-:meth:`~trinity.common.registry.Registry.get`. A name that is a Python path
+:meth:`~trinity.utils.registry.Registry.get`. A name that is a Python path
 (``my_pkg.flows.MyWorkflow``) is imported as such.
 
 Besides our own workflows, upstream Trinity-RFT's built-in names are declared
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from trinity.common.registry import Registry
 from trinity.common.rewards.base import REWARD_FNS
+from trinity.utils.registry import Registry
 
 #: Workflows by config name (the class, once imported).
 WORKFLOWS: Registry[Any] = Registry("workflow")

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from trinity.common.registry import Registry
+from trinity.utils.registry import Registry
 
 _OPEN, _CLOSE = "<think>", "</think>"
 

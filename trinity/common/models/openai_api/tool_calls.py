@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from trinity.common.registry import Registry
+from trinity.utils.registry import Registry
 
 
 @dataclass

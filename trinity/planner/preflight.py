@@ -106,7 +106,7 @@ def preflight(plan: RunPlan, *, strict: bool = True,
     buffer's fast data-set check).
     """
     from trinity.buffer.datasets import looks_like_hub_id
-    from trinity.common.config.plan.run import in_file
+    from trinity.common.config.loader import in_file
 
     try:
         return _preflight(plan, strict, check_data or _default_data_check(), looks_like_hub_id)
