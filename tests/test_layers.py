@@ -47,7 +47,9 @@ def low_files() -> list[Path]:
 
 def test_the_scan_reads_lazy_imports(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
-    module.write_text("import os\n\ndef f():\n    from trinity.buffer.catalog import X\n    import trinity.trainer.plan\n")
+    module.write_text("import os\n\ndef f():\n"
+                      "    from trinity.buffer.catalog import X\n"
+                      "    import trinity.trainer.plan\n")
     assert trinity_imports(module) == [(4, "buffer"), (5, "trainer")]
 
 

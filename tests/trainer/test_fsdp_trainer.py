@@ -248,6 +248,32 @@ def test_conversion_needs_no_device_nor_process_group(grpo: dict[str, Any], tmp_
     assert (tmp_path / "out" / "model.safetensors").is_file()
 
 
+def test_the_runs_export_draws_no_progress_bar_on_the_console(
+    grpo: dict[str, Any], tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The end-of-run export happens while the run's live line owns the terminal: no transformers bar then."""
+    import shutil
+
+    from transformers.utils import logging as hf_logging
+
+    from trinity.trainer.checkpoint import CheckpointDir
+    from trinity.trainer.trainer import export_checkpoint
+
+    trainer: FSDPTrainer = grpo["trainer"]
+    latest = CheckpointDir(trainer.checkpoint_dir).usable_latest()
+    assert latest is not None
+    folder = tmp_path / "checkpoints" / latest.name
+    shutil.copytree(latest, folder)
+    hf_logging.enable_progress_bar()
+    capfd.readouterr()
+    convert_checkpoint(folder, tmp_path / "by-hand")  # `trinity convert` keeps its bar: the capture sees bars
+    assert "Writing model shards" in capfd.readouterr().err
+    exported = export_checkpoint(folder)
+    assert (exported / "model.safetensors").is_file()
+    assert "Writing model shards" not in capfd.readouterr().err
+    assert hf_logging.is_progress_bar_enabled()
+
+
 def test_save_kill_resume_restores_step_optimizer_and_weights(
     grpo: dict[str, Any], grpo_config: RunPlan, ray_local: Any
 ) -> None:

@@ -156,10 +156,12 @@ def export_checkpoint(folder: Path) -> Path:
     read-only, over quota): the checkpoint itself stays intact.
     """
     from trinity.manager.checkpoint_converter import convert_checkpoint
+    from trinity.utils.worker_env import hf_progress_bars_off
 
     target = folder / HF_EXPORT
     try:
-        return convert_checkpoint(folder, target, overwrite=True, check=False)
+        with hf_progress_bars_off():
+            return convert_checkpoint(folder, target, overwrite=True, check=False)
     except Exception as exc:
         problem = disk_write_problem(exc, folder)
         if problem is None:
