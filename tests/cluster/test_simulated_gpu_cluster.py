@@ -125,6 +125,48 @@ def probes(placed: tuple[RunPlan, Layout, Placement]) -> dict[str, list[dict[str
             ray.kill(actor)
 
 
+class ProbeHFEngine:
+    """Stands for the hf engine: Ray sets its devices' visibility, as for a trainer rank."""
+
+    def answers(self) -> dict[str, Any]:
+        """See :func:`probe_answers`."""
+        return probe_answers()
+
+
+@pytest.mark.parametrize("engine_cls", [ProbeEngine, ProbeHFEngine], ids=["vllm-like", "hf-like"])
+def test_colocate_gives_the_engine_the_trainer_ranks_gpu(gpu_cluster: Cluster, engine_cls: type) -> None:
+    """Mode colocate on the 4-GPU node: one bundle of one GPU, half of it each, so both see the same GPU.
+
+    Runs before the module's ``placed`` groups take all 4 GPUs (tests run in file order).
+    """
+    from trinity.trainer.trainer import worker_actor_options
+
+    selection = select_from_cluster()
+    cfg = make_plan({"mode": "colocate", "name": f"colocate-{engine_cls.__name__}",
+                     "explorer.rollout_model.engine_type": "vllm",
+                     "cluster": {"node_num": 1, "gpu_per_node": 1, "cpus_per_bundle": 0.5}})
+    layout = resolve_layout(cfg, selection.backend, ray.cluster_resources())
+    assert layout.colocated and str(layout.sync_method) == "memory"
+    placement = place(cfg, layout)
+    actors: list[Any] = []
+    try:
+        assert placement.engine_groups == [] and placement.trainer_group.bundle_specs == [{"GPU": 1.0, "CPU": 0.5}]
+        trainer = ProbeTrainer.options(**worker_actor_options(  # type: ignore[attr-defined]
+            cfg.cluster.cpus_per_bundle, placement.trainer_group, 0, device_share=placement.trainer_device_share,
+        )).remote()
+        engine = ray.remote(engine_cls).options(
+            **{**engine_actor_options(cfg, engine_cls), **placement.engine_options(0)}).remote()
+        actors = [trainer, engine]
+        rank, served = ray.get([trainer.answers.remote(), engine.answers.remote()], timeout=120)
+        assert rank["ids"] == served["ids"] and len(rank["ids"]) == 1, (rank, served)
+        assert rank["assigned_env"] == served["assigned_env"] == {"CUDA_VISIBLE_DEVICES": rank["ids"][0]}
+        assert rank["node"] == served["node"]
+    finally:
+        for actor in actors:
+            ray.kill(actor)
+        placement.remove()
+
+
 def test_cpu_driver_selects_cuda_from_the_cluster(cuda: Selection) -> None:
     record = device.get_backend_record("cuda")
     assert record is not None and record.backend is not None
@@ -201,3 +243,4 @@ def test_workers_inherit_cuda_without_probing(probes: dict[str, list[dict[str, A
         assert answer["device_type"] == "cuda" and answer["collective"] == "nccl"
         assert answer["pg"] == "cpu:gloo,cuda:nccl"
         assert answer["imported"] == [], f"a worker imported {answer['imported']} to answer device questions"
+

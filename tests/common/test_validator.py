@@ -11,7 +11,7 @@ from tests.device import plugins
 from tests.plans import make_plan
 from trinity.common.config import ConfigError
 from trinity.common.config.plan.run import RunPlan
-from trinity.common.config.validator import resolve_layout
+from trinity.common.config.validator import COLOCATED_VLLM_MEMORY, colocated_plan, resolve_layout
 from trinity.common.models.placement import bundles, strategy
 from trinity.device.backends import cpu
 from trinity.device.loader import load_plugin
@@ -192,3 +192,66 @@ def test_devices_are_checked_node_by_node_against_what_each_node_offers() -> Non
     detected = resolve_layout(plan({"cluster.node_num": 0, "cluster.gpu_per_node": 0, f"{VLLM}.engine_type": "vllm",
                                     f"{VLLM}.tensor_parallel_size": 4}), accel, total, nodes)
     assert (detected.nodes, detected.devices_per_node) == (2, 4)
+
+
+# --- mode colocate: one engine and one trainer rank share one device ---------------------------------------
+
+
+def test_colocate_shares_one_device_and_hands_weights_over_in_memory() -> None:
+    layout = resolve_layout(plan({"mode": "colocate", "cluster.gpu_per_node": 1}), NPU, {"NPU": 1, "CPU": 8})
+    assert layout.colocated and (layout.engines, layout.trainers, layout.devices_per_engine) == (1, 1, 1)
+    assert layout.sync_method.kind == "memory"  # upstream's nccl cannot run between two processes on one device
+    assert any("handed over in memory" in note for note in layout.notes)
+    assert layout.chose_colocate(plan({"mode": "colocate"})) is None  # asked for: nothing to announce
+    assert "1 vllm engine and 1 trainer rank sharing one NPU (colocate)" in layout.describe()
+    by_file = plan({"mode": "colocate", "cluster.gpu_per_node": 1, "synchronizer.sync_method": "checkpoint"})
+    kept = resolve_layout(by_file, NPU, {"NPU": 1, "CPU": 8})
+    assert kept.sync_method.kind == "checkpoint" and not kept.notes
+
+
+def test_colocate_on_the_cpu_defaults_to_one_bundle() -> None:
+    layout = resolve_layout(plan({"mode": "colocate", "cluster.node_num": 0, "cluster.gpu_per_node": 0}), CPU,
+                            {"CPU": 2}, [{"CPU": 2}])
+    assert layout.colocated and layout.devices_per_node == 1 and layout.trainers == 1
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({f"{VLLM}.engine_num": 2}, r"engine_num is 2; set 1"),
+    ({f"{VLLM}.tensor_parallel_size": 2}, r"tensor_parallel_size is 2; set 1"),
+    ({"explorer.auxiliary_models": [{"model_path": "judge"}]}, r"auxiliary_models need devices of their own"),
+    ({"cluster.gpu_per_node": 2}, r"the cluster is 1 node\(s\) x 2 NPU = 2; set cluster.node_num: 1 and "
+                                  r"cluster.gpu_per_node: 1, or use mode: both"),
+])
+def test_colocate_refuses_what_one_device_cannot_run(overrides: dict, message: str) -> None:
+    run = plan({"mode": "colocate", "cluster.gpu_per_node": 1, **overrides})
+    with pytest.raises(ConfigError, match=message):
+        resolve_layout(run, NPU, {"NPU": 2, "CPU": 8})
+
+
+def test_both_on_one_device_runs_colocated_and_says_so() -> None:
+    run = plan({"cluster.node_num": 0, "cluster.gpu_per_node": 0})
+    layout = resolve_layout(run, NPU, {"NPU": 1, "CPU": 8}, [{"NPU": 1, "CPU": 8}])
+    assert layout.colocated and layout.trainers == 1 and layout.sync_method.kind == "memory"
+    line = layout.chose_colocate(run)
+    assert line is not None and line.startswith("mode both on one NPU (detected from the cluster): running as mode "
+                                                "colocate")
+    two = resolve_layout(run, NPU, {"NPU": 2, "CPU": 8}, [{"NPU": 2, "CPU": 8}])
+    assert not two.colocated and two.chose_colocate(run) is None
+
+
+def test_both_on_one_device_with_two_engines_is_refused_naming_colocate() -> None:
+    run = plan({"cluster.gpu_per_node": 1, f"{VLLM}.engine_num": 2})
+    with pytest.raises(ConfigError, match=r"mode both would run as colocate \(the cluster offers one NPU\), but "
+                                          r"that runs one engine on it: .*engine_num is 2; set 1; or give the "
+                                          r"cluster more devices"):
+        resolve_layout(run, NPU, {"NPU": 1, "CPU": 8})
+
+
+def test_a_colocated_vllm_engine_takes_at_most_a_quarter_of_the_device_as_upstream() -> None:
+    run = plan({"mode": "colocate", "cluster.gpu_per_node": 1, f"{VLLM}.gpu_memory_utilization": 0.9})
+    layout = resolve_layout(run, NPU, {"NPU": 1, "CPU": 8})
+    capped = colocated_plan(run, layout)
+    assert capped.explorer.rollout.gpu_memory_utilization == COLOCATED_VLLM_MEMORY
+    assert "lowered to 0.25 in mode colocate" in capped.notes[-1]
+    both = plan({f"{VLLM}.gpu_memory_utilization": 0.9})
+    assert colocated_plan(both, resolve_layout(both, NPU, {"NPU": 2, "CPU": 8})) is both

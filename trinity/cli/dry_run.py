@@ -44,7 +44,7 @@ def dry_run(config_path: str, overrides: dict[str, Any], device_name: str | None
     from trinity.cli.plan_view import render_plan
     from trinity.common.config import load_config
     from trinity.common.config.precision import resolve_precision
-    from trinity.common.config.validator import resolve_layout
+    from trinity.common.config.validator import colocated_plan, resolve_layout
     from trinity.common.workflows.checks import check_user_classes
     from trinity.planner.preflight import preflight
     from trinity.planner.run import resolve_run
@@ -57,9 +57,10 @@ def dry_run(config_path: str, overrides: dict[str, Any], device_name: str | None
     else:
         plans = [resolve_run(config)]
     reports = []
-    for plan in plans:
-        backend, backend_line = _backend(plan, device_name)
-        layout = resolve_layout(plan, backend, {}, [])
+    for resolved in plans:
+        backend, backend_line = _backend(resolved, device_name)
+        layout = resolve_layout(resolved, backend, {}, [])
+        plan = colocated_plan(resolved, layout)
         warnings = preflight(plan, strict=False).warnings
         if plan.stage is not None and plan.stage[0] > 1:
             warnings = [w for w in warnings if not w.startswith("model.model_path")]

@@ -62,7 +62,8 @@ def render_plan(plan: RunPlan, layout: Layout, backend_line: str, warnings: Sequ
     header = f"trinity run --dry-run: {source}"
     if plan.stage is not None:
         header += f" (stage {plan.stage[0]}/{plan.stage[1]}: {plan.stage[2]})"
-    lines = [header, *_section("mode", [plan.mode])]
+    chose = layout.chose_colocate(plan)
+    lines = [header, *_section("mode", [plan.mode if chose is None else "colocate (chosen: one device)"])]
     lines += _section("device", [backend_line])
     lines += _section("layout", layout.describe())
     if plan.uses_explorer and plan.uses_trainer:
@@ -121,8 +122,9 @@ def render_plan(plan: RunPlan, layout: Layout, backend_line: str, warnings: Sequ
         batches.append(f"explored experiences recorded in {buffer.record_path}")
     lines += _section("buffer", batches)
     lines += _section("run folder", [str(plan.run_dir)])
-    if plan.notes:
-        lines += _section("notes", [f"- {n}" for n in plan.notes])
+    notes = [*plan.notes, *([chose] if chose else []), *layout.notes]
+    if notes:
+        lines += _section("notes", [f"- {n}" for n in notes])
     if warnings:
         lines += _section("warnings", [f"- {w}" for w in warnings])
     return "\n".join(lines)

@@ -95,6 +95,7 @@ def run_both(session: Session) -> None:
             total_steps=total_train_steps(session, tasks.total_batches),
             checkpoint_dir=session.run_dir / "checkpoints",
             placement_group=placement.trainer_group,
+            device_share=placement.trainer_device_share,
         )
         stack.callback(trainer.shutdown)
         engines = start_engines(session, placement)

@@ -17,7 +17,8 @@ def _modes() -> dict[str, Callable[[Session], None]]:
     from trinity.launcher.serve import run_serve
     from trinity.launcher.train import run_train
 
-    return {"both": run_both, "explore": run_explore, "train": run_train, "bench": run_bench, "serve": run_serve}
+    return {"both": run_both, "colocate": run_both, "explore": run_explore, "train": run_train, "bench": run_bench,
+            "serve": run_serve}
 
 
 def run_plan(plan: RunPlan) -> int:

@@ -1,4 +1,9 @@
-"""Placement groups of a run: the trainer ranks packed together, each engine on its own devices."""
+"""Placement groups of a run: the trainer ranks packed together, each engine on its own devices.
+
+In mode colocate the one engine has no group: it joins the trainer rank's
+bundle, and each of the two asks half of the bundle's device, so Ray hands both
+the same device (and sets its visibility for both, as for any device share).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,9 @@ from trinity.common.config.plan.run import RunPlan
 from trinity.common.config.validator import Layout
 from trinity.common.models.placement import create_placement_group
 
+#: The share of the one device the trainer rank and the engine each ask in mode colocate.
+COLOCATED_SHARE = 0.5
+
 
 @dataclass
 class Placement:
@@ -19,9 +27,20 @@ class Placement:
     engine_groups: list[Any] = field(default_factory=list)
     #: Each auxiliary model's engine groups, by its name.
     auxiliary_groups: dict[str, list[Any]] = field(default_factory=dict)
+    #: Mode colocate: the engine shares the trainer rank's bundle and device.
+    colocated: bool = False
+
+    @property
+    def trainer_device_share(self) -> float:
+        """The share of its device each trainer rank asks (half of it when colocated with the engine)."""
+        return COLOCATED_SHARE if self.colocated else 1.0
 
     def engine_options(self, index: int) -> dict[str, Any]:
         """Ray actor options placing rollout engine ``index`` in its group (none for an external endpoint's)."""
+        if self.colocated:
+            from trinity import device
+
+            return {**_in_group(self.trainer_group), "num_cpus": 0, **device.ray_actor_resources(COLOCATED_SHARE)}
         return _in_group(self.engine_groups[index]) if self.engine_groups else {}
 
     def auxiliary_options(self, name: str) -> Callable[[int], dict[str, Any]]:
@@ -60,7 +79,7 @@ def place(plan: RunPlan, layout: Layout) -> Placement:
     after the groups reserved before it are removed; the caller removes the
     rest with :meth:`Placement.remove` when its run ends, however it ends.
     """
-    placement = Placement()
+    placement = Placement(colocated=layout.colocated)
     per_node = layout.devices_per_node
     prefix = f"{plan.ray_namespace}/{plan.run_dir.name}"
     try:
@@ -69,7 +88,7 @@ def place(plan: RunPlan, layout: Layout) -> Placement:
                 layout.trainers, layout.resource_key, layout.cpus_per_bundle, per_node,
                 name=f"{prefix}/trainer",
             )
-        for index in range(layout.engines if layout.engine_type != "external" else 0):  # an endpoint: none
+        for index in range(layout.engines if layout.engine_type != "external" and not layout.colocated else 0):
             placement.engine_groups.append(create_placement_group(
                 layout.devices_per_engine, layout.resource_key, layout.cpus_per_bundle, per_node,
                 name=f"{prefix}/engine-{index}",

@@ -40,6 +40,7 @@ ROLES_BY_MODE: dict[str, tuple[str, ...]] = {
     "explore": ("explore",),
     "train": ("train",),
     "both": ("explore", "train"),
+    "colocate": ("explore", "train"),
     "bench": ("bench",),
     "serve": ("serve",),
 }

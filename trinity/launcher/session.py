@@ -11,7 +11,7 @@ from pathlib import Path
 
 from trinity import device
 from trinity.common.config.plan.run import RunPlan
-from trinity.common.config.validator import Layout, resolve_layout
+from trinity.common.config.validator import Layout, colocated_plan, resolve_layout
 from trinity.common.ray_connect import (
     RayConnection,
     check_address,
@@ -128,6 +128,7 @@ def open_session(plan: RunPlan) -> Session:
         alive = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
         selection = device.select_backend(plan.cluster.device, cluster_resources=resources)
         layout = resolve_layout(plan, selection.backend, resources, alive)
+        plan = colocated_plan(plan, layout)
         if layout.engines:
             check_engine_requirements(layout, alive_nodes=len(alive))
         plan.run_dir.mkdir(parents=True, exist_ok=True)
@@ -141,6 +142,10 @@ def open_session(plan: RunPlan) -> Session:
     )
     for note in plan.notes:
         logger.info("config: %s", note)
+    for note in layout.notes:
+        logger.info("layout: %s", note)
+    if (chose := layout.chose_colocate(plan)) is not None:  # a mode the config does not name: on the console
+        logger.warning("%s", chose)
     return Session(plan, connection, selection, layout, lock, run_log)
 
 

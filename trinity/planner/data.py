@@ -134,7 +134,7 @@ def resolve_storage(buffer: ExperienceBufferConfig, where: str, mode: str) -> tu
     note = ""
     if buffer.replay_buffer.enable:
         raise ConfigError(f"{where}.replay_buffer.enable: experience replay is not supported yet; set false")
-    if kind == "file" and mode == "both":
+    if kind == "file" and mode in ("both", "colocate"):
         note = f"{where}.storage_type: file cannot carry experiences in mode both; a queue is used, as upstream does"
         kind = "queue"
     if kind == "queue":

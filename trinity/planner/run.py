@@ -96,7 +96,7 @@ def _tasksets(config: Config, model: ModelPlan, notes: list[str]) -> tuple[Tasks
     spec, spec_where = ((explorer_input.taskset, f"{where}.taskset") if explorer_input.taskset is not None else
                         (explorer_input.tasksets[0], f"{where}.tasksets[0]") if explorer_input.tasksets else
                         (None, ""))
-    if config.mode in ("both", "explore"):
+    if config.mode in ("both", "colocate", "explore"):
         if spec is None:
             raise ConfigError(f"{where}.taskset: mode {config.mode} needs a training task set")
         train = resolve_taskset(config, spec, spec_where, 0, is_eval=False,
@@ -156,7 +156,7 @@ def _buffer(config: Config, model: ModelPlan, training: Any, notes: list[str]) -
         auxiliary[name] = dataclasses.replace(plan, format=with_chat_template(plan.format, model.chat_template,
                                                                              model.enable_thinking))
     pipeline = config.data_processor.experience_pipeline
-    if config.mode in ("both", "explore") and pipeline.save_input:
+    if config.mode in ("both", "colocate", "explore") and pipeline.save_input:
         saved = pipeline.input_save_path or "sqlite:///" + str(run_dir_of(config) / "buffer" / "explorer_output.db")
         saved = record_target(saved, "data_processor.experience_pipeline.input_save_path")
         if record is not None and record != saved:

@@ -73,7 +73,7 @@ AGG_UNITS: Mapping[str, Units] = {
 _CUSTOM_LOSS_READS = frozenset({"old_logprobs", "advantages"})
 
 #: Modes that run an explorer (refused for train-only algorithms, as upstream).
-EXPLORING_MODES = frozenset({"both", "explore"})
+EXPLORING_MODES = frozenset({"both", "colocate", "explore"})
 
 __all__ = ["AGG_UNITS", "GroupFilter", "KLTerm", "PlanError", "TrainingPlan", "Units", "check_mode", "resolve_plan"]
 

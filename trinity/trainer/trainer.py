@@ -117,9 +117,13 @@ def step_units(plan: TrainingPlan, rows: Rows) -> dict[str, int]:
 
 
 def worker_actor_options(
-    num_cpus: float, placement_group: Any = None, bundle_index: int = 0, env: dict[str, str] | None = None
+    num_cpus: float, placement_group: Any = None, bundle_index: int = 0, env: dict[str, str] | None = None,
+    device_share: float = 1.0,
 ) -> dict[str, Any]:
-    """Return Ray actor options for one trainer rank: one device of the selected backend plus ``num_cpus``."""
+    """Return Ray actor options for one trainer rank: ``device_share`` of one device plus ``num_cpus``.
+
+    A share below 1 leaves the rest of the device to an engine in the same bundle (mode colocate).
+    """
     from trinity.utils import plugins
     from trinity.utils.worker_env import quiet_worker_env
 
@@ -129,7 +133,7 @@ def worker_actor_options(
         "runtime_env": {"env_vars": {**quiet_worker_env(), **(env or {}), **plugins.worker_env(),
                                      **trinity.device.worker_env()}},
     }
-    options.update(trinity.device.ray_actor_resources(1))
+    options.update(trinity.device.ray_actor_resources(device_share))
     if placement_group is not None:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -188,6 +192,7 @@ class FSDPTrainer:
         bundle_offset: int = 0,
         num_cpus_per_worker: float | None = None,
         in_process: bool = False,
+        device_share: float = 1.0,
     ) -> None:
         """Start the ranks and build the models (blocks until every rank is ready).
 
@@ -195,7 +200,8 @@ class FSDPTrainer:
         ``total_steps`` is the run's length in steps, for warmup ratios and the
         cosine schedule (None: unknown). ``in_process`` runs the one rank of a
         one-rank trainer in this process instead of a Ray actor (debugging,
-        tests); it joins a process group of one here.
+        tests); it joins a process group of one here. ``device_share``: the
+        share of its device each rank asks of Ray (below 1 when an engine shares it).
         """
         self.run = run
         self.plan: TrainingPlan = run.algorithm
@@ -226,7 +232,8 @@ class FSDPTrainer:
             remote_cls = remote_worker_class()
             self.workers = [
                 remote_cls.options(
-                    **worker_actor_options(cpus, placement_group, bundle_offset + rank, run.explorer.env_vars)
+                    **worker_actor_options(cpus, placement_group, bundle_offset + rank, run.explorer.env_vars,
+                                           device_share=device_share)
                 ).remote(
                     run,
                     rank,

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 #: Choices of string settings, by dotted path (compared case-insensitively).
 CHOICES: dict[str, tuple[str, ...]] = {
-    "mode": ("both", "explore", "train", "bench", "serve"),
+    "mode": ("both", "colocate", "explore", "train", "bench", "serve"),
     "trainer.trainer_type": ("verl", "fsdp"),
     "trainer.trainer_strategy": ("fsdp", "fsdp2"),
     "trainer.save_hf_checkpoint": ("last", "always", "never"),

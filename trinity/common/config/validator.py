@@ -51,6 +51,19 @@ class Layout:
     source: str = "config"
     #: Whether and why the trainer compiles (``on, trainer.use_torch_compile: true``, ``off, the cpu backend's ...``).
     compile_source: str = ""
+    #: Mode colocate (asked for, or chosen for ``both`` on one device): the one engine shares the one trainer
+    #: rank's device instead of taking its own.
+    colocated: bool = False
+    #: Choices the layout made on the user's behalf, one line each (the run logs them, the dry run shows them).
+    notes: tuple[str, ...] = ()
+
+    def chose_colocate(self, plan: RunPlan) -> str | None:
+        """Return the line telling that ``plan``'s mode both runs colocated on one device, or None when it does not."""
+        if not self.colocated or plan.mode != "both":
+            return None
+        unit = self.resource_key or "CPU bundle"
+        return (f"mode both on one {unit} ({self.source}): running as mode colocate, the engine sharing the trainer "
+                "rank's device (as upstream does on a one-device cluster); give the run 2 devices for both")
 
     def describe(self) -> list[str]:
         """Plain lines for ``trinity run --dry-run``."""
@@ -58,12 +71,14 @@ class Layout:
         lines = [f"{self.nodes} node(s) x {self.devices_per_node} {unit} ({self.source})"]
         if self.engines and self.engine_type == "external":
             lines.append(f"{self.engines} client(s) of the external endpoint (no device)")
+        elif self.colocated:
+            lines.append(f"1 {self.engine_type} engine and 1 trainer rank sharing one {unit} (colocate)")
         elif self.engines:
             lines.append(f"{self.engines} {self.engine_type} engine(s) x {self.devices_per_engine} {unit}")
-        if self.trainers:
+        if self.trainers and not self.colocated:
             lines.append(f"{self.trainers} trainer rank(s), one {unit} each")
-            if self.compile_source:
-                lines.append(f"torch.compile {self.compile_source}")
+        if self.trainers and self.compile_source:
+            lines.append(f"torch.compile {self.compile_source}")
         lines.append(f"{self.cpus_per_bundle:g} CPU(s) reserved per bundle")
         return lines
 
@@ -147,11 +162,32 @@ def _layout(plan: RunPlan, backend: Backend, cluster_resources: Mapping[str, flo
     engines = rollout.engine_num if plan.uses_explorer else 0
     auxiliary_devices = sum(a.devices for a in plan.explorer.auxiliary) if plan.uses_explorer else 0
     explorer_devices = (0 if external else engines * tp) + auxiliary_devices
+    asked_colocate = plan.mode == "colocate"
+    if asked_colocate:
+        _check_colocate(plan, external)
+        explorer_devices = 0  # the engine shares the trainer rank's device
     node_num, per_node, source = _cluster_size(plan, backend, nodes, key, explorer_devices)
     total = node_num * per_node
     cpus = plan.cluster.cpus_per_bundle
+    notes: list[str] = []
+    colocated = asked_colocate
+    unit = key or "CPU bundle"
+    if asked_colocate and total != 1:
+        raise ConfigError(
+            f"mode: colocate shares one device between the engine and the trainer, but the cluster is {node_num} "
+            f"node(s) x {per_node} {unit} = {total}; set cluster.node_num: 1 and cluster.gpu_per_node: 1, or use "
+            "mode: both"
+        )
+    if plan.mode == "both" and total == 1 and not external:
+        _check_colocate(plan, external, chosen=f"the cluster offers one {unit}")
+        colocated = True
+        explorer_devices = 0
+    if colocated and sync_method.kind == "collective":
+        notes.append(f"synchronizer.sync_method: {method} would broadcast between two processes on one device; "
+                     "colocated, the weights are handed over in memory (as upstream does)")
+        sync_method = SyncMethod("memory")
     if plan.uses_trainer:
-        trainers = total - explorer_devices if plan.mode == "both" else total
+        trainers = total - explorer_devices if plan.mode in ("both", "colocate") else total
         if trainers < 1:
             raise ConfigError(
                 f"cluster: {node_num} node(s) x {per_node} device(s) = {total}, but the explorer takes "
@@ -177,14 +213,52 @@ def _layout(plan: RunPlan, backend: Backend, cluster_resources: Mapping[str, flo
             "node; an engine must fit on one node"
         )
     if nodes or cluster_resources:
-        _check_cluster(plan, key, nodes, engines=engines, tp=tp, trainers=trainers, node_num=node_num,
-                       per_node=per_node,
-                       cluster_resources=cluster_resources, explorer_devices=explorer_devices)
+        _check_cluster(plan, key, nodes, engines=0 if colocated else engines, tp=tp, trainers=trainers,
+                       node_num=node_num, per_node=per_node, cluster_resources=cluster_resources,
+                       explorer_devices=explorer_devices)
     return Layout(
         resource_key=key, engine_type=engine_type, devices_per_engine=tp, engines=engines, trainers=trainers,
         nodes=node_num, devices_per_node=per_node, cpus_per_bundle=cpus, sync_method=sync_method,
-        use_torch_compile=bool(use_compile), source=source, compile_source=compile_source,
+        use_torch_compile=bool(use_compile), source=source, compile_source=compile_source, colocated=colocated,
+        notes=tuple(notes),
     )
+
+
+#: The share of its device a colocated vLLM engine may take at most (upstream's rule: the trainer needs the rest).
+COLOCATED_VLLM_MEMORY = 0.25
+
+
+def _check_colocate(plan: RunPlan, external: bool, chosen: str = "") -> None:
+    """Refuse what one shared device cannot run (upstream's rules for mode colocate); raises ConfigError."""
+    why = f"mode both would run as colocate ({chosen}), but " if chosen else "mode: colocate runs "
+    rollout = plan.explorer.rollout
+    problems = []
+    if external:
+        problems.append("an external model is not served by the run; use mode: bench")
+    if rollout.engine_num != 1:
+        problems.append(f"explorer.rollout_model.engine_num is {rollout.engine_num}; set 1")
+    if rollout.tensor_parallel_size != 1:
+        problems.append(f"explorer.rollout_model.tensor_parallel_size is {rollout.tensor_parallel_size}; set 1")
+    if plan.explorer.auxiliary:
+        problems.append("explorer.auxiliary_models need devices of their own; remove them")
+    if problems:
+        head = why + ("one engine on one device" if not chosen else "that runs one engine on it")
+        raise ConfigError(f"{head}: " + "; ".join(problems)
+                          + ("" if not chosen else "; or give the cluster more devices (cluster.gpu_per_node)"))
+
+
+def colocated_plan(plan: RunPlan, layout: Layout) -> RunPlan:
+    """Return ``plan`` as a colocated run runs it: a vLLM engine's memory share capped, as upstream caps it."""
+    import dataclasses
+
+    rollout = plan.explorer.rollout
+    if not layout.colocated or layout.engine_type != "vllm" or rollout.gpu_memory_utilization <= COLOCATED_VLLM_MEMORY:
+        return plan
+    note = (f"explorer.rollout_model.gpu_memory_utilization: {rollout.gpu_memory_utilization:g} lowered to "
+            f"{COLOCATED_VLLM_MEMORY:g} in mode colocate: the trainer rank needs the rest of the device")
+    explorer = dataclasses.replace(
+        plan.explorer, rollout=dataclasses.replace(rollout, gpu_memory_utilization=COLOCATED_VLLM_MEMORY))
+    return dataclasses.replace(plan, explorer=explorer, notes=(*plan.notes, note))
 
 
 def auto_engine_type(backend: Backend) -> str:

@@ -106,9 +106,9 @@ class RunPlan:
     @property
     def uses_explorer(self) -> bool:
         """Whether the run starts rollout engines."""
-        return self.mode in ("both", "explore", "bench", "serve")
+        return self.mode in ("both", "colocate", "explore", "bench", "serve")
 
     @property
     def uses_trainer(self) -> bool:
         """Whether the run trains."""
-        return self.mode in ("both", "train")
+        return self.mode in ("both", "colocate", "train")

@@ -158,12 +158,10 @@ class StageConfig:
 class Config:
     """A whole run."""
 
-    #: ``both`` (explore and train), ``explore``, ``train``, ``bench`` (evaluate checkpoints) or ``serve`` (the
-    #: rollout engines' OpenAI API until stopped, loading published weights).
-    mode: str = refused_values("both", {
-        "colocate": "mode colocate (explorer and trainer sharing one device) is not supported; use both with two "
-        "devices",
-    })
+    #: ``both`` (explore and train), ``colocate`` (both on one device: the engine and the trainer rank share it),
+    #: ``explore``, ``train``, ``bench`` (evaluate checkpoints) or ``serve`` (the rollout engines' OpenAI API until
+    #: stopped, loading published weights).
+    mode: str = "both"
     #: Project name (folder level 1).
     project: str = "Trinity-RFT"
     #: Group name (folder level 2, may be empty).
