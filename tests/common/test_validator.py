@@ -201,7 +201,7 @@ def test_colocate_shares_one_device_and_hands_weights_over_in_memory() -> None:
     layout = resolve_layout(plan({"mode": "colocate", "cluster.gpu_per_node": 1}), NPU, {"NPU": 1, "CPU": 8})
     assert layout.colocated and (layout.engines, layout.trainers, layout.devices_per_engine) == (1, 1, 1)
     assert layout.sync_method.kind == "memory"  # upstream's nccl cannot run between two processes on one device
-    assert any("handed over in memory" in note for note in layout.notes)
+    assert any("handed over in memory (Ray's object store)" in note for note in layout.notes)
     assert layout.chose_colocate(plan({"mode": "colocate"})) is None  # asked for: nothing to announce
     assert "1 vllm engine and 1 trainer rank sharing one NPU (colocate)" in layout.describe()
     by_file = plan({"mode": "colocate", "cluster.gpu_per_node": 1, "synchronizer.sync_method": "checkpoint"})
@@ -213,6 +213,11 @@ def test_colocate_on_the_cpu_defaults_to_one_bundle() -> None:
     layout = resolve_layout(plan({"mode": "colocate", "cluster.node_num": 0, "cluster.gpu_per_node": 0}), CPU,
                             {"CPU": 2}, [{"CPU": 2}])
     assert layout.colocated and layout.devices_per_node == 1 and layout.trainers == 1
+    assert layout.sync_method.kind == "shared"  # host memory: the engine maps the file the trainer rank writes
+    assert any("through a shared-memory file the engine maps" in note for note in layout.notes)
+    by_store = resolve_layout(plan({"mode": "colocate", "cluster.gpu_per_node": 1, "synchronizer.sync_method":
+                                    "memory"}), CPU, {"CPU": 2})
+    assert by_store.sync_method.kind == "shared"
 
 
 @pytest.mark.parametrize(("overrides", "message"), [

@@ -1,5 +1,5 @@
 """End to end: mode colocate on the CPU — one engine and one trainer rank sharing one CPU bundle, chosen for
-``mode: both`` on one device, the weights handed over in memory (Ray's object store), checked by checksum."""
+``mode: both`` on one device, the weights handed over through a shared-memory file, checked by checksum."""
 
 from __future__ import annotations
 
@@ -54,8 +54,8 @@ def test_both_on_one_bundle_runs_colocated_and_the_engine_serves_each_steps_weig
     assert sorted(actors) == ["engine", "trainer"] and len(chosen["actors"]) == 2
     assert actors["engine"]["node_id"] == actors["trainer"]["node_id"]
     log = (run_dir / "trinity.log").read_text(encoding="utf-8")
-    assert "1 hf engine(s), 1 trainer rank(s), sync memory" in log
-    assert "colocated, the weights are handed over in memory" in log
+    assert "1 hf engine(s), 1 trainer rank(s), sync shared" in log
+    assert "colocated, the weights are handed over through a shared-memory file the engine maps" in log
     assert (run_dir / "checkpoints" / "step-3" / "huggingface" / "model.safetensors").is_file()
 
 
@@ -65,7 +65,7 @@ def test_mode_colocate_by_name_and_its_refusals(tmp_path: Path, tiny_model: Path
     planned = trinity_run(config, tmp_path, "--dry-run")
     assert planned.returncode == 0, planned.stderr[-3000:]
     assert "1 hf engine and 1 trainer rank sharing one CPU bundle (colocate)" in planned.stdout
-    assert "nccl -> memory" in planned.stdout
+    assert "nccl -> shared" in planned.stdout
     done = trinity_run(config, tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "trinity: warning:" not in done.stderr  # asked for by name: nothing to announce

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-SyncKind = Literal["collective", "checkpoint", "memory"]
+SyncKind = Literal["collective", "checkpoint", "memory", "shared"]
 
 #: Words accepted for ``synchronizer.sync_method`` besides a collective's own name.
 SYNC_METHOD_WORDS = ("online", "offline", "checkpoint", "memory")
@@ -22,7 +22,9 @@ class SyncMethod:
     ``online`` is a collective broadcast on the selected backend's collective
     (``nccl`` on CUDA, ``hccl`` on Ascend, ``gloo`` on CPU); ``offline`` and
     ``checkpoint`` write safetensors to a shared path; ``memory`` goes
-    through the Ray object store. Parsing ``online`` asks the device façade,
+    through the Ray object store. ``shared`` is no config word: mode colocate
+    on a host-memory device hands weights over through a file both processes
+    map (the layout chooses it). Parsing ``online`` asks the device façade,
     so no device name is written here.
     """
 

@@ -79,7 +79,7 @@ def run_both(session: Session) -> None:
     """Explore and train in one loop on one Ray cluster (see the module docstring)."""
     from trinity.buffer import TaskScheduler, make_storage
     from trinity.launcher.restored_row import logged_before, missing_train_row
-    from trinity.synchronizer.synchronizer import Synchronizer, default_sync_path
+    from trinity.synchronizer.synchronizer import Synchronizer, default_shared_path, default_sync_path
     from trinity.trainer.trainer import FSDPTrainer
 
     plan, layout = session.plan, session.layout
@@ -110,7 +110,8 @@ def run_both(session: Session) -> None:
         strategy = strategy_for(session, storage)
         resumed = trainer.resume() if plan.config.continue_from_checkpoint else None
         sync = Synchronizer(
-            layout.sync_method, trainer, engines.rollout, plan.sync, checkpoint_path=default_sync_path(plan)
+            layout.sync_method, trainer, engines.rollout, plan.sync, checkpoint_path=default_sync_path(plan),
+            shared_path=default_shared_path(plan),
         )
         stack.callback(sync.close)
         scheduler = scheduler_for(session, engines)

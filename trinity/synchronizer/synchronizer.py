@@ -32,6 +32,10 @@ Methods:
   writes: a trainer publishing for an explorer in another job (mode ``train``).
 * ``memory``: rank 0 puts the dict into the Ray object store, each engine
   loads it (``load_state_dict``).
+* ``shared`` (mode colocate on a host-memory device): the one trainer rank
+  writes its live weights into a memory-mapped file
+  (:mod:`~trinity.weight_transport.shared_file`) that the engine mapped at
+  the first sync; one call per sync, nothing sent to the engine.
 
 Every sync is bounded by ``synchronizer.sync_timeout``; running past it
 raises :class:`SyncTimeoutError`, one line naming the method, version and
@@ -107,6 +111,16 @@ DEFAULT_SYNC = SyncPlan(method="online", interval=1, offset=0, timeout=600.0, bu
 def default_sync_path(plan: RunPlan) -> Path:
     """Return ``<run folder>/sync_weights``: the checkpoint method's shared path."""
     return plan.run_dir / "sync_weights"
+
+
+def default_shared_path(plan: RunPlan) -> Path:
+    """Return the shared method's file: in ``/dev/shm``, named after the run and its folder (one per run folder)."""
+    import hashlib
+
+    from trinity.weight_transport.shared_file import default_shared_path as shared_file_path
+
+    digest = hashlib.sha256(str(plan.run_dir).encode()).hexdigest()[:12]
+    return shared_file_path(f"{plan.run_dir.name}-{digest}")
 
 
 class _Calls:
@@ -186,6 +200,7 @@ class Synchronizer:
         *,
         checkpoint_path: str | Path | None = None,
         group_name: str = DEFAULT_GROUP_NAME,
+        shared_path: str | Path | None = None,
     ) -> None:
         self.method = method if isinstance(method, SyncMethod) else SyncMethod.parse(method)
         self.config = config or DEFAULT_SYNC
@@ -197,6 +212,11 @@ class Synchronizer:
         self.checkpoint_path = Path(checkpoint_path) if checkpoint_path is not None else None
         if self.method.kind == "checkpoint" and self.checkpoint_path is None:
             raise ValueError("the checkpoint sync method needs a shared checkpoint_path (see default_sync_path)")
+        self.shared_path = Path(shared_path) if shared_path is not None else None
+        if self.method.kind == "shared" and self.shared_path is None:
+            raise ValueError("the shared sync method needs the shared file's path (see default_shared_path)")
+        #: Engines (by index) that mapped the shared file.
+        self._attached: set[int] = set()
         self.group_name = group_name
         self.policy = SyncPolicy.from_config(self.config)
         self.bucket_bytes = int(self.config.bucket_size_mb) << 20
@@ -215,6 +235,7 @@ class Synchronizer:
         """
         self.engines[index] = engine
         self._group_ready = False
+        self._attached.discard(index)
 
     # -- the online group ------------------------------------------------------------------
 
@@ -310,6 +331,8 @@ class Synchronizer:
             return SyncReport(
                 method=str(self.method), version=version, seconds=0.0, bytes=0, gather_seconds=0.0, transfer_seconds=0.0
             )
+        if self.method.kind == "shared":
+            return self._report(self._sync_shared(version, started), version, started, started, 0.0)
         setup_seconds = self._setup(started) if self.method.kind == "collective" else 0.0
         deadline = started + self.config.timeout
         gather_started = time.monotonic()
@@ -356,13 +379,38 @@ class Synchronizer:
                 deadline,
                 "engines loading the weights from the Ray object store",
             )
+        return self._report(nbytes, version, started, transfer_started, setup_seconds,
+                            gather_seconds=transfer_started - gather_started)
+
+    def _sync_shared(self, version: int, started: float) -> int:
+        """Write the weights into the shared file; let engines that have not mapped it map it; return its bytes."""
+        assert self.shared_path is not None
+        deadline = started + self.config.timeout
+        path = str(self.shared_path)
+        metas, nbytes = self._calls.wait(
+            [self._calls.start(self.trainer_ranks[0], "publish_shared_weights", path, version)],
+            deadline,
+            f"writing the weights into {path}",
+        )[0]
+        fresh = [index for index in range(len(self.engines)) if index not in self._attached]
+        if fresh:
+            self._calls.wait(
+                [self._calls.start(self.engines[i], "attach_shared_weights", path, metas) for i in fresh],
+                deadline,
+                f"engines mapping {path}",
+            )
+            self._attached.update(fresh)
+        return int(nbytes)
+
+    def _report(self, nbytes: int, version: int, started: float, transfer_started: float, setup_seconds: float,
+                *, gather_seconds: float = 0.0) -> SyncReport:
         finished = time.monotonic()
         report = SyncReport(
             method=str(self.method),
             version=version,
             seconds=finished - started,
             bytes=nbytes,
-            gather_seconds=transfer_started - gather_started,
+            gather_seconds=gather_seconds,
             transfer_seconds=finished - transfer_started,
             setup_seconds=setup_seconds,
             engines=len(self.engines),
@@ -379,7 +427,13 @@ class Synchronizer:
         return report
 
     def close(self) -> None:
-        """Release the trainer side of the online group and the worker threads."""
+        """Release the trainer side of the online group (or the shared file) and the worker threads."""
+        if self.method.kind == "shared" and self._attached:
+            try:
+                self._calls.wait([self._calls.start(self.trainer_ranks[0], "close_shared_weights")],
+                                 time.monotonic() + 30, "removing the shared weights file")
+            except Exception as exc:  # noqa: BLE001 - closing must not fail a run that is ending
+                logger.debug("removing the shared weights file: %s", exc)
         if self._group_ready:
             try:
                 self._calls.wait(

@@ -150,6 +150,7 @@ class FSDPWorker:
         self.compute_dtype = torch_dtype(self.dtype_name)
         self.attention = trinity.device.attention_implementation(self.dtype_name).implementation
         self._sync_state: dict[str, torch.Tensor] | None = None
+        self._shared_weights: Any = None  # mode colocate's shared file (SharedWeights), from the first publish
         #: ``gather_weights(stream=True)`` with two or more ranks: the sharded tensors to gather, and their metas.
         self._stream_entries: list[tuple[str, torch.Tensor]] | None = None
         self._stream_metas: list[TensorMeta] = []
@@ -788,6 +789,34 @@ class FSDPWorker:
             raise RuntimeError("gather_weights must run (on every rank) before the weights are sent")
         state, self._sync_state = self._sync_state, None
         return state
+
+    def publish_shared_weights(self, path: str, version: int) -> tuple[list[TensorMeta], int]:
+        """One-rank trainer: write the live weights into the shared file ``path`` as ``version``.
+
+        Mode colocate's handover on a host-memory device: the first call
+        creates the file (the engine then maps it); each later call copies the
+        weights in under the file's write lock. Returns the tensors' metas and
+        the file's size. Raises RuntimeError on a trainer of several ranks.
+        """
+        from trinity.weight_transport.shared_file import SharedWeights
+
+        if self.world_size != 1:
+            raise RuntimeError(f"shared-file weights need a one-rank trainer; this one has {self.world_size}")
+        self._check_ready()
+        aliases = self._tied_aliases()
+        state = {name: value for name, value in self._one_rank_state().items() if name not in aliases}
+        if self._shared_weights is None or str(self._shared_weights.path) != path:
+            if self._shared_weights is not None:
+                self._shared_weights.close(unlink=True)
+            self._shared_weights = SharedWeights.create(path, state)
+        self._shared_weights.write(state, version)
+        return self._shared_weights.metas, self._shared_weights.nbytes
+
+    def close_shared_weights(self) -> None:
+        """Remove the shared weights file (the engine's mapping stays valid until it lets go)."""
+        if self._shared_weights is not None:
+            self._shared_weights.close(unlink=True)
+            self._shared_weights = None
 
     def close_weight_sync(self) -> None:
         if self._weight_sync is not None:

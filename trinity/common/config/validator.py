@@ -182,10 +182,14 @@ def _layout(plan: RunPlan, backend: Backend, cluster_resources: Mapping[str, flo
         _check_colocate(plan, external, chosen=f"the cluster offers one {unit}")
         colocated = True
         explorer_devices = 0
-    if colocated and sync_method.kind == "collective":
-        notes.append(f"synchronizer.sync_method: {method} would broadcast between two processes on one device; "
-                     "colocated, the weights are handed over in memory (as upstream does)")
-        sync_method = SyncMethod("memory")
+    if colocated and sync_method.kind in ("collective", "memory"):
+        # host memory both processes can map: the engine reads the trainer's writes, nothing is sent
+        shared = info.device_type == "cpu" and engine_type == "hf"
+        how = "through a shared-memory file the engine maps" if shared else "in memory (Ray's object store)"
+        if sync_method.kind == "collective" or shared:
+            notes.append(f"synchronizer.sync_method: {method}: colocated, the weights are handed over {how}, not "
+                         "broadcast (upstream uses memory)")
+        sync_method = SyncMethod("shared") if shared else SyncMethod("memory")
     if plan.uses_trainer:
         trainers = total - explorer_devices if plan.mode in ("both", "colocate") else total
         if trainers < 1:

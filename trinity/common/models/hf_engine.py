@@ -197,7 +197,11 @@ class HFEngine(TextPrompts, ServesOpenAI):
             bos_token_id=getattr(self.model.generation_config, "bos_token_id", None),
         )
         self._version = int(version)
-        self._model_lock = threading.Lock()
+        #: Mode colocate's shared weights file (SharedWeights), once attached; the model reads its tensors.
+        self._shared: Any = None
+        #: The model's own tensors a new shared version is copied into (those the file cannot back directly).
+        self._shared_copies: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._model_lock = _ModelLock(self)
         self._pending_lock = threading.Lock()
         self._pending: list[_Request] = []
         #: API requests accepted and not yet handed to generate_tokens (see note_incoming).
@@ -551,8 +555,59 @@ class HFEngine(TextPrompts, ServesOpenAI):
     # ------------------------------------------------------------------ weights
 
     def model_version(self) -> int:
-        """Return the version of the weights currently loaded."""
+        """Return the version of the weights currently loaded (with shared weights: the version the file holds)."""
+        if self._shared is not None:
+            with self._model_lock:
+                pass  # taking the model takes the file's newest version
         return self._version
+
+    def attach_shared_weights(self, path: str, metas: Sequence[TensorMeta]) -> None:
+        """Map the trainer's shared weights file (mode colocate on the CPU) and serve its weights from now on.
+
+        Each parameter the file holds in the same dtype and shape is pointed at
+        the file's tensor (no copy: the trainer's next write is the next
+        version); any other is copied when a new version appears. A forward
+        pass holds the file's read lock, so a version is never half-written
+        under it. Raises EngineError for tensors the model lacks.
+        """
+        from trinity.weight_transport.shared_file import SharedWeights
+
+        shared = SharedWeights.attach(path, metas)
+        own = self.model.state_dict(keep_vars=True)
+        direct: list[tuple[torch.Tensor, torch.Tensor]] = []
+        copies: list[tuple[torch.Tensor, torch.Tensor]] = []
+        unknown = []
+        for name, view in shared.tensors.items():
+            target = own.get(self._resolve(name, own))
+            if target is None or tuple(target.shape) != tuple(view.shape):
+                unknown.append(name)
+            elif target.dtype == view.dtype and target.device == view.device:
+                direct.append((target, view))
+            else:
+                copies.append((target, view))
+        if unknown:
+            shared.close()
+            raise EngineError(f"{len(unknown)} shared weight(s) unknown to the model in {self.model_path} "
+                              f"({', '.join(repr(n) for n in unknown[:5])}); are trainer and engine loading the "
+                              "same architecture?")
+        with self._model_lock, torch.no_grad():
+            for target, view in direct:
+                target.data = view
+            if self._shared is not None:
+                self._shared.close()
+            self._shared, self._shared_copies = shared, copies
+            self._version = UNKNOWN_VERSION  # the file's version is taken when the model is next taken
+        logger.info("serving shared weights from %s: %d tensors mapped, %d copied per version", path, len(direct),
+                    len(copies))
+
+    def _take_shared_version(self, version: int) -> None:
+        """Called holding the model and the file's read lock: adopt ``version`` (copying what is not mapped)."""
+        if version == self._version or version < 0:
+            return
+        with torch.no_grad():
+            for target, view in self._shared_copies:
+                target.copy_(view)
+        self._version = version
 
     def describe(self) -> dict[str, Any]:
         """Return what this engine serves: paths, dtype, attention kernel, device, version."""
@@ -659,6 +714,9 @@ class HFEngine(TextPrompts, ServesOpenAI):
         self.close_weight_sync()
         with self._model_lock:
             self.model = None
+            shared, self._shared = self._shared, None
+        if shared is not None:
+            shared.close()
         device.empty_cache()
 
     def receive_weights(self, metas: Sequence[TensorMeta], version: int, bucket_bytes: int) -> None:
@@ -701,3 +759,42 @@ class HFEngine(TextPrompts, ServesOpenAI):
         """Return the checksum of the loaded weights (:func:`trinity.common.models.checksum.state_dict_checksum`)."""
         with self._model_lock:
             return state_dict_checksum(self.model.state_dict())
+
+
+class _ModelLock:
+    """The engine's model lock; with shared weights attached it also holds the file's read lock.
+
+    Taking it adopts the newest version the trainer wrote (mode colocate), so
+    every use of the model (generation, scoring, checksums) sees whole
+    versions and reports the version it used.
+    """
+
+    def __init__(self, engine: HFEngine) -> None:
+        self._lock = threading.Lock()
+        self._engine = engine
+        self._reading: Any = None
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+        shared = self._engine._shared
+        if shared is None:
+            return
+        reading = shared.reading()
+        try:
+            version = reading.__enter__()
+            self._reading = reading
+            self._engine._take_shared_version(version)
+        except BaseException:
+            if self._reading is not None:
+                self._reading, held = None, self._reading
+                held.__exit__(None, None, None)
+            self._lock.release()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        reading, self._reading = self._reading, None
+        try:
+            if reading is not None:
+                reading.__exit__(None, None, None)
+        finally:
+            self._lock.release()
