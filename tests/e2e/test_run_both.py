@@ -148,10 +148,13 @@ def kill_when(process: subprocess.Popen[bytes], log: Path, ready: Callable[[], b
         process.wait(30)
 
 
-def test_killed_run_resumes_without_losing_or_repeating_a_step(tmp_path: Path, tiny_model: Path) -> None:
+@pytest.mark.parametrize("devices", [2, 1], ids=["both", "colocate"])
+def test_killed_run_resumes_without_losing_or_repeating_a_step(tmp_path: Path, tiny_model: Path, devices: int) -> None:
+    """Also in mode colocate (one bundle): there the resumed trainer's weights must reach the engine's mapping."""
+    colocated = devices == 1
     raw = job_config(tmp_path, tiny_model, **{
-        "buffer.total_steps": 5, "trainer.save_interval": 2, "cluster.gpu_per_node": 2,
-        "synchronizer.verify_checksums": False, "buffer.explorer_input.eval_tasksets": [],
+        "buffer.total_steps": 5, "trainer.save_interval": 2, "cluster.gpu_per_node": devices,
+        "synchronizer.verify_checksums": colocated, "buffer.explorer_input.eval_tasksets": [],
     })
     config_file = tmp_path / "job.yaml"
     config_file.write_text(yaml.safe_dump(raw))
@@ -176,6 +179,12 @@ def test_killed_run_resumes_without_losing_or_repeating_a_step(tmp_path: Path, t
     train_steps = [r["step"] for r in resumed if r["phase"] == "train"]
     explore_steps = [r["step"] for r in resumed if r["phase"] == "explore"]
     assert train_steps == expected, "the resumed run restarts after its last checkpoint and runs to the end"
+    if colocated:  # each step's weights reached the engine through the shared file, the resumed ones too
+        assert all(r["metrics"]["sync/checksum_match"] == 1.0 for r in resumed if r["phase"] == "train")
+        from trinity.synchronizer.synchronizer import default_shared_path
+
+        shared = default_shared_path(resolve_run(parse_config(raw)))
+        assert shared.parent == Path("/dev/shm") and not shared.exists(), "the finished run removed its file"
     assert explore_steps == expected, "it explores exactly the batches after the checkpoint: none lost, none redone"
     state = json.loads((run_dir / "checkpoints" / "step-5" / "trainer_state.json").read_text())
     assert state["step"] == 5 and state["extra"]["tasks"]["step"] == 5

@@ -151,6 +151,8 @@ class FSDPWorker:
         self.attention = trinity.device.attention_implementation(self.dtype_name).implementation
         self._sync_state: dict[str, torch.Tensor] | None = None
         self._shared_weights: Any = None  # mode colocate's shared file (SharedWeights), from the first publish
+        self._shared_sources: dict[str, torch.Tensor] = {}
+        self._shared_key: tuple[Any, ...] = ()
         #: ``gather_weights(stream=True)`` with two or more ranks: the sharded tensors to gather, and their metas.
         self._stream_entries: list[tuple[str, torch.Tensor]] | None = None
         self._stream_metas: list[TensorMeta] = []
@@ -798,18 +800,29 @@ class FSDPWorker:
         weights in under the file's write lock. Returns the tensors' metas and
         the file's size. Raises RuntimeError on a trainer of several ranks.
         """
+        from torch.distributed.tensor import DTensor
+
         from trinity.weight_transport.shared_file import SharedWeights
 
         if self.world_size != 1:
             raise RuntimeError(f"shared-file weights need a one-rank trainer; this one has {self.world_size}")
         self._check_ready()
-        aliases = self._tied_aliases()
-        state = {name: value for name, value in self._one_rank_state().items() if name not in aliases}
-        if self._shared_weights is None or str(self._shared_weights.path) != path:
+        parameters = list(self.actor.named_parameters())
+        key = (path, tuple(id(p) for _, p in parameters))
+        if self._shared_weights is None or self._shared_key != key:
+            # the one rank's local tensors are the whole weights, updated in place by every step: kept, not re-read
+            aliases = self._tied_aliases()
+            self._shared_sources = {
+                name: (value.to_local() if isinstance(value, DTensor) else value).detach()
+                for name, value in parameters if name not in aliases
+            }
+            metas = [TensorMeta(name, dtype_name(self._export_dtype_of(value)), tuple(int(n) for n in value.shape))
+                     for name, value in self._shared_sources.items()]
             if self._shared_weights is not None:
                 self._shared_weights.close(unlink=True)
-            self._shared_weights = SharedWeights.create(path, state)
-        self._shared_weights.write(state, version)
+            self._shared_weights = SharedWeights(path, metas, create=True)
+            self._shared_key = key
+        self._shared_weights.write(self._shared_sources, version)
         return self._shared_weights.metas, self._shared_weights.nbytes
 
     def close_shared_weights(self) -> None:
