@@ -1,14 +1,22 @@
 """End to end: steady-state steps/s of ``trinity run`` as a user runs it, against TRL's ``GRPOTrainer``.
 
-Both sides run as fresh subprocesses, one after the other, alternating
-(trinity, TRL, trinity, TRL, ... for ``--rounds`` rounds), each process with one
-torch thread (``OMP_NUM_THREADS=1``; Ray gives every actor one CPU, so one
-thread too):
+Both sides run as fresh subprocesses, one after the other, interleaved
+(each round: every trinity arm, then TRL, for ``--rounds`` rounds), each
+process with one torch thread (``OMP_NUM_THREADS=1``; Ray gives every actor
+one CPU, so one thread too). The trinity arms (``--arms``):
+
+* ``colocate``: one device (``gpu_per_node: 1``): the engine and the trainer
+  rank share it, the weights handed over through the shared-memory file;
+* ``serial``: two devices, ``sync_offset: 0`` (the quickstart's loop): online
+  weight sync (gloo) after every step, each batch explored with the newest weights;
+* ``async``: two devices, ``sync_offset: 1``: the explorer one step ahead.
+
+The two sides:
 
 * trinity: ``python -m trinity.cli.main run --config <yaml>``: the real
   launcher in mode ``both``, Ray actors (one ``hf`` engine, one FSDP2 trainer
-  rank), the queue experience buffer, online weight sync (gloo) after every
-  step. The config is the CPU quickstart's (``examples/quickstart/cpu.yaml``:
+  rank), the queue experience buffer, a weight sync after every step. The
+  config is the CPU quickstart's (``examples/quickstart/cpu.yaml``:
   its explorer runners, engine batch and buffer) with the knobs below set and
   no evaluation and no checkpoint during the run. Step times are the
   ``time/step_s`` of the train records in ``metrics.jsonl``, with its split
@@ -24,12 +32,16 @@ thread too):
   times each step from the end of the previous one.
 
 The first ``--warmup`` steps of every run are left out; steps/s is the timed
-steps over the sum of their times. Reported per model: each round's steps/s
-of both sides and their ratio (trinity / TRL), the median ratio, and
-trinity's mean split of a step (explore / train / sync / save / eval / driver
-as % of ``time/step_s``). Two models: (a) the quickstart's (``--models
-quickstart``: its tiny model and knobs) and (b) ``5m``: a ~5M-parameter model
-of the same architecture (``trinity.common.models.tiny``, scaled up).
+steps over the sum of their times. Memory: every process of a run's tree (the
+driver, the Ray actors and Ray's own processes under the local cluster the
+driver starts) is sampled every 0.25 s; reported are each role's peak RSS
+(driver, trainer, engine, Ray's processes) and the peak of their sum, and for
+TRL its one process's peak. Reported per model: each round's steps/s
+of both sides and their ratio (trinity / TRL), the median ratio per arm, and
+each arm's mean split of a step (explore / train / sync / save / eval / driver
+as % of ``time/step_s``). Three models: the quickstart's (``quickstart``: its
+tiny model and knobs), ``5m`` (~5M parameters) and ``40m`` (~34M) of the same
+architecture (``trinity.common.models.tiny``, scaled up).
 
 Needs TRL (``pip install -e ".[bench]"``). Run
 ``python benchmarks/bench_vs_trl.py --rounds 3``; it prints a table and writes
@@ -60,7 +72,12 @@ if str(REPO) not in sys.path:
 QUICKSTART = REPO / "examples" / "quickstart" / "cpu.yaml"
 TASKS = REPO / "examples" / "quickstart" / "tasks" / "train.jsonl"
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "vs_trl.json"
-TARGET_RATIO = 1.2
+#: The issue's goals per arm: trinity steps/s over TRL's.
+TARGETS = {"colocate": 1.2, "serial": 1.0, "async": 1.5}
+#: Arms: (devices, synchronizer.sync_offset).
+ARMS = {"colocate": (1, 0), "serial": (2, 0), "async": (2, 1)}
+#: Seconds between memory samples.
+SAMPLE_S = 0.25
 #: Parts of a trinity step, as logged in metrics.jsonl.
 SPLIT_KEYS = ("explore", "train", "sync", "save", "eval", "driver")
 
@@ -86,6 +103,8 @@ SETUPS = {
         "quickstart", hidden=64, layers=2, heads=4, intermediate=128, prompts=8, group=16, max_new_tokens=8, lr=2e-3
     ),
     "5m": Setup("5m", hidden=256, layers=6, heads=4, intermediate=768, prompts=8, group=8, max_new_tokens=32, lr=1e-4),
+    "40m": Setup("40m", hidden=512, layers=10, heads=8, intermediate=1792, prompts=8, group=8, max_new_tokens=32,
+                 lr=1e-4),
 }
 
 
@@ -130,7 +149,8 @@ def _build_model(setup: Setup, workdir: Path) -> tuple[Path, int]:
 # --- trinity ----------------------------------------------------------------------------------
 
 
-def _trinity_config(setup: Setup, model: Path, workdir: Path, name: str, *, steps: int, offset: int) -> Path:
+def _trinity_config(setup: Setup, model: Path, workdir: Path, name: str, *, steps: int, offset: int,
+                    devices: int = 2) -> Path:
     raw = yaml.safe_load(QUICKSTART.read_text())
     raw["name"] = name
     raw["checkpoint_root_dir"] = str(workdir / "ckpt")
@@ -159,6 +179,7 @@ def _trinity_config(setup: Setup, model: Path, workdir: Path, name: str, *, step
     buffer["explorer_input"]["taskset"]["path"] = str(TASKS)
     buffer["explorer_input"]["eval_tasksets"] = []
     raw["synchronizer"]["sync_offset"] = offset
+    raw["cluster"]["gpu_per_node"] = devices
     trainer = raw["trainer"]
     trainer.update(save_interval=0, grad_clip=1.0)
     rows = setup.prompts * setup.group
@@ -169,18 +190,66 @@ def _trinity_config(setup: Setup, model: Path, workdir: Path, name: str, *, step
     return path
 
 
-def _run_trinity(setup: Setup, model: Path, workdir: Path, name: str, args: argparse.Namespace) -> dict[str, Any]:
-    config = _trinity_config(setup, model, workdir, name, steps=args.warmup + args.steps, offset=args.sync_offset)
+def _role(cmdline: list[str], root: int, pid: int) -> str:
+    """Name a process of a run's tree: driver, trainer, engine, or ray (Ray's own processes, idle workers)."""
+    if pid == root:
+        return "driver"
+    text = " ".join(cmdline)
+    if "FSDPWorker" in text:
+        return "trainer"
+    if "Engine" in text:
+        return "engine"
+    return "ray"
+
+
+def _measured(command: list[str]) -> tuple[subprocess.CompletedProcess[str], float, dict[str, float]]:
+    """Run ``command``; return its result, wall seconds and peak RSS in MB per role and in total."""
+    import threading
+
+    import psutil
+
+    peaks: dict[str, float] = {}
+    total_peak = 0.0
     started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-m", "trinity.cli.main", "run", "--config", str(config)],
-        cwd=REPO,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    process = subprocess.Popen(command, cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    done_sampling = threading.Event()
+
+    def sample() -> None:
+        nonlocal total_peak
+        root = psutil.Process(process.pid)
+        while not done_sampling.wait(SAMPLE_S):
+            try:
+                tree = [root, *root.children(recursive=True)]
+            except psutil.Error:
+                continue
+            by_role: dict[str, float] = {}
+            for member in tree:
+                try:
+                    role = _role(member.cmdline(), process.pid, member.pid)
+                    rss = member.memory_info().rss / 2**20
+                except psutil.Error:
+                    continue
+                by_role[role] = by_role.get(role, 0.0) + rss
+                peaks[role] = max(peaks.get(role, 0.0), rss)
+            total_peak = max(total_peak, sum(by_role.values()))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    stdout, stderr = process.communicate()
+    done_sampling.set()
+    sampler.join()
     wall = time.monotonic() - started
+    result = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+    return result, wall, {**{role: round(mb, 1) for role, mb in sorted(peaks.items())}, "total": round(total_peak, 1)}
+
+
+def _run_trinity(setup: Setup, model: Path, workdir: Path, name: str, args: argparse.Namespace, *,
+                 arm: str = "serial") -> dict[str, Any]:
+    devices, offset = ARMS[arm]
+    config = _trinity_config(setup, model, workdir, name, steps=args.warmup + args.steps, offset=offset,
+                             devices=devices)
+    done, wall, memory = _measured([sys.executable, "-m", "trinity.cli.main", "run", "--config", str(config)])
     if done.returncode != 0:
         raise SystemExit(f"bench_vs_trl: trinity run {config} exited {done.returncode}:\n{done.stderr[-3000:]}")
     metrics = workdir / "ckpt" / "quickstart" / name / "metrics.jsonl"
@@ -197,7 +266,9 @@ def _run_trinity(setup: Setup, model: Path, workdir: Path, name: str, args: argp
         "step_s": seconds,
         "split_pct": split,
         "rollout_s": statistics.mean(float(m["time/rollout_s"]) for m in timed),
+        "sync_ms": 1e3 * statistics.median(float(m["sync/seconds"]) for m in timed),
         "wall_s": wall,
+        "peak_rss_mb": memory,
     }
 
 
@@ -219,9 +290,7 @@ def _run_trl(setup: Setup, model: Path, workdir: Path, name: str, args: argparse
         "--out",
         str(out),
     ]
-    started = time.monotonic()
-    done = subprocess.run(command, cwd=REPO, env=_env(), capture_output=True, text=True, check=False)
-    wall = time.monotonic() - started
+    done, wall, memory = _measured(command)
     if done.returncode != 0:
         raise SystemExit(f"bench_vs_trl: the TRL run exited {done.returncode}:\n{done.stderr[-3000:]}")
     seconds = json.loads(out.read_text())["step_s"][args.warmup :]
@@ -234,6 +303,7 @@ def _run_trl(setup: Setup, model: Path, workdir: Path, name: str, args: argparse
         "median_step_s": statistics.median(seconds),
         "step_s": seconds,
         "wall_s": wall,
+        "peak_rss_mb": memory,
     }
 
 
@@ -334,53 +404,65 @@ def trl_worker(argv: list[str]) -> None:
 
 
 def bench_setup(setup: Setup, workdir: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """Run ``args.rounds`` alternating trinity / TRL rounds on one setup and return its results."""
+    """Run ``args.rounds`` interleaved rounds (every arm, then TRL) on one setup and return its results."""
     model, params = _build_model(setup, workdir)
     rounds = []
     for index in range(args.rounds):
         load = os.getloadavg()[0]
-        print(
-            f"{setup.name} round {index + 1}/{args.rounds} (load {load:.2f}): trinity ...", file=sys.stderr, flush=True
-        )
-        ours = _run_trinity(setup, model, workdir, f"{setup.name}-r{index}", args)
-        print(f"  trinity {ours['steps_per_s']:.2f} steps/s; TRL ...", file=sys.stderr, flush=True)
+        print(f"{setup.name} round {index + 1}/{args.rounds} (load {load:.2f})", file=sys.stderr, flush=True)
+        arms = {}
+        for arm in args.arms:
+            arms[arm] = _run_trinity(setup, model, workdir, f"{setup.name}-{arm}-r{index}", args, arm=arm)
+            print(f"  trinity {arm} {arms[arm]['steps_per_s']:.2f} steps/s", file=sys.stderr, flush=True)
         theirs = _run_trl(setup, model, workdir, f"{setup.name}-trl-r{index}", args)
         print(f"  TRL {theirs['steps_per_s']:.2f} steps/s", file=sys.stderr, flush=True)
-        rounds.append(
-            {
-                "trinity": ours,
-                "trl": theirs,
-                "ratio": ours["steps_per_s"] / theirs["steps_per_s"],
-                "load_avg_1min_before": load,
-                "load_avg_1min_after": os.getloadavg()[0],
-            }
-        )
-    split = {part: statistics.mean(r["trinity"]["split_pct"][part] for r in rounds) for part in SPLIT_KEYS}
+        for result in arms.values():
+            result["ratio"] = result["steps_per_s"] / theirs["steps_per_s"]
+            result["memory_ratio"] = result["peak_rss_mb"]["total"] / theirs["peak_rss_mb"]["total"]
+        rounds.append({"arms": arms, "trl": theirs, "load_avg_1min_before": load,
+                       "load_avg_1min_after": os.getloadavg()[0]})
+    summary = {}
+    for arm in args.arms:
+        runs = [r["arms"][arm] for r in rounds]
+        summary[arm] = {
+            "ratio_median": statistics.median(r["ratio"] for r in runs),
+            "memory_ratio_median": statistics.median(r["memory_ratio"] for r in runs),
+            "sync_ms_median": statistics.median(r["sync_ms"] for r in runs),
+            "split_pct": {part: statistics.mean(r["split_pct"][part] for r in runs) for part in SPLIT_KEYS},
+            "peak_rss_mb": runs[-1]["peak_rss_mb"],
+            "target": f">= {TARGETS[arm]}x",
+        }
     return {
         "setup": dataclasses.asdict(setup),
         "params": params,
         "rows_per_step": setup.prompts * setup.group,
         "rounds": rounds,
-        "ratio_median": statistics.median(r["ratio"] for r in rounds),
-        "trinity_split_pct": split,
-        "target": f">= {TARGET_RATIO}x",
+        "arms": summary,
+        "trl_peak_rss_mb": rounds[-1]["trl"]["peak_rss_mb"],
     }
 
 
 def _table(results: dict[str, Any]) -> str:
-    lines = [f"{'model':<11} {'round':>5} {'trinity steps/s':>16} {'TRL steps/s':>12} {'ratio':>7}  load"]
+    lines = [f"{'model':<11} {'arm':<9} {'round':>5} {'trinity steps/s':>16} {'TRL steps/s':>12} {'ratio':>7} "
+             f"{'peak MB':>8} {'TRL MB':>7}  load"]
     for name, entry in results["models"].items():
         for index, r in enumerate(entry["rounds"], start=1):
+            for arm, ours in r["arms"].items():
+                trl_mb = r["trl"]["peak_rss_mb"]["total"]
+                lines.append(
+                    f"{name:<11} {arm:<9} {index:>5} {ours['steps_per_s']:>16.2f} {r['trl']['steps_per_s']:>12.2f} "
+                    f"{ours['ratio']:>6.2f}x {ours['peak_rss_mb']['total']:>8.0f} {trl_mb:>7.0f}"
+                    f"  {r['load_avg_1min_before']:.2f}"
+                )
+        for arm, summary in entry["arms"].items():
+            split = " ".join(f"{part} {pct:.0f}%" for part, pct in summary["split_pct"].items() if pct >= 0.5)
             lines.append(
-                f"{name:<11} {index:>5} {r['trinity']['steps_per_s']:>16.2f} {r['trl']['steps_per_s']:>12.2f} "
-                f"{r['ratio']:>6.2f}x  {r['load_avg_1min_before']:.2f}"
+                f"{name:<11} {arm:<9} {'median':>5} {'':>16} {'':>12} {summary['ratio_median']:>6.2f}x "
+                f"{'':>8} {'':>7}  (memory {summary['memory_ratio_median']:.2f}x TRL's, sync "
+                f"{summary['sync_ms_median']:.2f} ms; step: {split})"
             )
-        split = " ".join(f"{part} {pct:.0f}%" for part, pct in entry["trinity_split_pct"].items() if pct >= 0.5)
-        lines.append(
-            f"{name:<11} {'median':>5} {'':>16} {'':>12} {entry['ratio_median']:>6.2f}x  "
-            f"({entry['params'] / 1e6:.2f}M params, {entry['setup']['prompts']}x{entry['setup']['group']}x"
-            f"{entry['setup']['max_new_tokens']} tokens; trinity step: {split})"
-        )
+        lines.append(f"{name:<11} ({entry['params'] / 1e6:.2f}M params, {entry['setup']['prompts']}x"
+                     f"{entry['setup']['group']}x{entry['setup']['max_new_tokens']} tokens)")
     return "\n".join(lines)
 
 
@@ -392,31 +474,28 @@ def main(argv: list[str] | None = None) -> int:
         trl_worker(argv[1:])
         return 0
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--models", nargs="+", choices=sorted(SETUPS), default=["quickstart", "5m"])
+    parser.add_argument("--models", nargs="+", choices=sorted(SETUPS), default=["quickstart", "5m", "40m"])
+    parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS),
+                        help="trinity arms, each run every round before TRL (default: all)")
     parser.add_argument("--rounds", type=int, default=3, help="alternating trinity / TRL rounds (default 3)")
     parser.add_argument("--steps", type=int, default=20, help="timed steps per run (default 20)")
     parser.add_argument("--warmup", type=int, default=3, help="steps left out at the start of each run (default 3)")
-    parser.add_argument(
-        "--sync-offset",
-        type=int,
-        default=0,
-        help="trinity's synchronizer.sync_offset (0: serial, the quickstart's; 1: asynchronous)",
-    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
     for name in ("rounds", "steps"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be at least 1")
-    if args.warmup < 0 or args.sync_offset < 0:
-        parser.error("--warmup and --sync-offset must not be negative")
+    if args.warmup < 0:
+        parser.error("--warmup must not be negative")
     results: dict[str, Any] = {
         "how": {
             "steps": args.steps,
             "warmup": args.warmup,
             "rounds": args.rounds,
-            "sync_offset": args.sync_offset,
+            "arms": {arm: {"devices": ARMS[arm][0], "sync_offset": ARMS[arm][1]} for arm in args.arms},
             "threads_per_process": 1,
-            "order": "trinity then TRL, each round",
+            "order": "each trinity arm, then TRL, each round",
+            "memory": f"RSS of every process of a run's tree, sampled every {SAMPLE_S} s",
         },
         "machine": {
             "python": platform.python_version(),

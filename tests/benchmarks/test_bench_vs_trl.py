@@ -50,3 +50,26 @@ def test_the_trinity_side_runs_the_quickstart_with_the_setups_knobs(tmp_path: Pa
     assert plan.config.algorithm.optimizer.lr == setup.lr
     assert not plan.buffer.eval_tasksets and plan.trainer.save_interval == 0
     assert plan.buffer.experience is not None and plan.buffer.experience.kind == "queue"
+
+
+def test_each_arm_is_its_devices_and_offset(tmp_path: Path) -> None:
+    from trinity.common.config import load_config
+    from trinity.planner.run import resolve_run
+
+    bench = _bench()
+    setup = bench.SETUPS["quickstart"]  # type: ignore[attr-defined]
+    for arm, (devices, offset) in bench.ARMS.items():  # type: ignore[attr-defined]
+        path = bench._trinity_config(setup, tmp_path / "model", tmp_path, arm, steps=5, offset=offset,  # type: ignore[attr-defined]
+                                     devices=devices)
+        plan = resolve_run(load_config(path))
+        assert (plan.cluster.devices_per_node, plan.sync.offset) == (devices, offset), arm
+    assert bench.ARMS["colocate"] == (1, 0)  # type: ignore[attr-defined]
+
+
+def test_processes_of_a_run_are_told_apart_by_role() -> None:
+    bench = _bench()
+    role = bench._role  # type: ignore[attr-defined]
+    assert role(["python", "-m", "trinity.cli.main", "run"], 10, 10) == "driver"
+    assert role(["ray::FSDPWorker.train_step"], 10, 11) == "trainer"
+    assert role(["ray::HFEngine.generate_tokens"], 10, 12) == "engine"
+    assert role(["/venv/bin/raylet", "--node_id"], 10, 13) == "ray"
