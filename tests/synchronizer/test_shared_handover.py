@@ -184,3 +184,23 @@ def test_the_synchronizer_hands_the_trainer_ranks_weights_to_the_engine(tiny_pat
         served.shutdown()
         trainer.shutdown()
     assert not shm.exists(), "closing the synchronizer removes the shared file"
+
+
+def test_a_full_dev_shm_sends_the_file_to_the_temporary_folder_or_stops_with_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A container's 64 MB /dev/shm would kill the writer with SIGBUS: room is checked before the file is made.
+
+    The free space a file system reports is replaced (no 64 MB tmpfs can be mounted here without privileges).
+    """
+    from trinity.weight_transport import shared_file
+
+    wanted = Path("/dev/shm/trinity-weights-x")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(shared_file, "free_bytes", lambda folder: (64 << 20) if folder == wanted.parent else 1 << 40)
+    assert shared_file.room_for(wanted, 8 << 20) == wanted
+    assert shared_file.room_for(wanted, 200 << 20) == tmp_path / wanted.name
+    monkeypatch.setattr(shared_file, "free_bytes", lambda folder: 1 << 20)
+    with pytest.raises(WeightSyncError, match=r"no room for the 200 MB shared weights file of mode colocate: "
+                                              r"/dev/shm has 1 MB free; .* has 1 MB free; enlarge /dev/shm"):
+        shared_file.room_for(wanted, 200 << 20)

@@ -387,7 +387,7 @@ class Synchronizer:
         assert self.shared_path is not None
         deadline = started + self.config.timeout
         path = str(self.shared_path)
-        metas, nbytes = self._calls.wait(
+        path, metas, nbytes = self._calls.wait(
             [self._calls.start(self.trainer_ranks[0], "publish_shared_weights", path, version)],
             deadline,
             f"writing the weights into {path}",

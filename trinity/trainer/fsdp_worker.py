@@ -792,17 +792,19 @@ class FSDPWorker:
         state, self._sync_state = self._sync_state, None
         return state
 
-    def publish_shared_weights(self, path: str, version: int) -> tuple[list[TensorMeta], int]:
+    def publish_shared_weights(self, path: str, version: int) -> tuple[str, list[TensorMeta], int]:
         """One-rank trainer: write the live weights into the shared file ``path`` as ``version``.
 
         Mode colocate's handover on a host-memory device: the first call
-        creates the file (the engine then maps it); each later call copies the
-        weights in under the file's write lock. Returns the tensors' metas and
-        the file's size. Raises RuntimeError on a trainer of several ranks.
+        creates the file (the engine then maps it; in the temporary folder
+        when ``path``'s has no room); each later call copies the weights in
+        under the file's write lock. Returns the file's path, the tensors'
+        metas and the file's size. Raises RuntimeError on a trainer of several
+        ranks, WeightSyncError when no folder has room.
         """
         from torch.distributed.tensor import DTensor
 
-        from trinity.weight_transport.shared_file import SharedWeights
+        from trinity.weight_transport.shared_file import SharedWeights, layout, room_for
 
         if self.world_size != 1:
             raise RuntimeError(f"shared-file weights need a one-rank trainer; this one has {self.world_size}")
@@ -820,10 +822,11 @@ class FSDPWorker:
                      for name, value in self._shared_sources.items()]
             if self._shared_weights is not None:
                 self._shared_weights.close(unlink=True)
-            self._shared_weights = SharedWeights(path, metas, create=True)
+            target = room_for(Path(path), layout(metas)[1])
+            self._shared_weights = SharedWeights(target, metas, create=True)
             self._shared_key = key
         self._shared_weights.write(self._shared_sources, version)
-        return self._shared_weights.metas, self._shared_weights.nbytes
+        return str(self._shared_weights.path), self._shared_weights.metas, self._shared_weights.nbytes
 
     def close_shared_weights(self) -> None:
         """Remove the shared weights file (the engine's mapping stays valid until it lets go)."""

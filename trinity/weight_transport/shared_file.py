@@ -40,6 +40,35 @@ def default_shared_path(name: str) -> Path:
     return folder / f"trinity-weights-{safe}"
 
 
+def free_bytes(folder: Path) -> int:
+    """Return the bytes an unprivileged writer may still use in ``folder``'s file system."""
+    stats = os.statvfs(folder)
+    return stats.f_bavail * stats.f_frsize
+
+
+def room_for(path: Path, nbytes: int) -> Path:
+    """Return ``path``, or the same name in the temporary folder when ``path``'s folder has no room for ``nbytes``.
+
+    A container's ``/dev/shm`` is often 64 MB; a file mapped past its room
+    kills the writer with SIGBUS instead of raising, so room is checked first.
+    Raises WeightSyncError when neither folder has room.
+    """
+    candidates = [path, Path(os.environ.get("TMPDIR", "/tmp")) / path.name]
+    seen = []
+    for candidate in candidates:
+        try:
+            free = free_bytes(candidate.parent) + (candidate.stat().st_size if candidate.exists() else 0)
+        except OSError:
+            continue
+        seen.append(f"{candidate.parent} has {free / 2**20:.0f} MB free")
+        if free >= nbytes + (16 << 20):  # and some room left for everything else there
+            return candidate
+    raise WeightSyncError(
+        f"no room for the {nbytes / 2**20:.0f} MB shared weights file of mode colocate: {'; '.join(seen)}; enlarge "
+        "/dev/shm (docker run --shm-size) or free space, or set synchronizer.sync_method: checkpoint"
+    )
+
+
 def layout(metas: Sequence[TensorMeta]) -> tuple[list[int], int]:
     """Return each tensor's byte offset in the file and the file's size."""
     offsets = []
