@@ -72,7 +72,7 @@ if str(REPO) not in sys.path:
 QUICKSTART = REPO / "examples" / "quickstart" / "cpu.yaml"
 TASKS = REPO / "examples" / "quickstart" / "tasks" / "train.jsonl"
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "vs_trl.json"
-#: The issue's goals per arm: trinity steps/s over TRL's.
+#: The goal of each arm: trinity's steps/s over TRL's.
 TARGETS = {"colocate": 1.2, "serial": 1.0, "async": 1.5}
 #: Arms: (devices, synchronizer.sync_offset).
 ARMS = {"colocate": (1, 0), "serial": (2, 0), "async": (2, 1)}

@@ -257,6 +257,10 @@ def test_a_colocated_vllm_engine_takes_at_most_a_quarter_of_the_device_as_upstre
     layout = resolve_layout(run, NPU, {"NPU": 1, "CPU": 8})
     capped = colocated_plan(run, layout)
     assert capped.explorer.rollout.gpu_memory_utilization == COLOCATED_VLLM_MEMORY
-    assert "lowered to 0.25 in mode colocate" in capped.notes[-1]
+    assert any("lowered to 0.25 in mode colocate" in note for note in capped.notes)
+    assert capped.explorer.rollout.sleep_mode, "serial: the engine sleeps while the trainer steps"
+    ahead = plan({"mode": "colocate", "cluster.gpu_per_node": 1, "synchronizer.sync_offset": 1})
+    awake = colocated_plan(ahead, resolve_layout(ahead, NPU, {"NPU": 1, "CPU": 8}))
+    assert not awake.explorer.rollout.sleep_mode and "stays awake" in awake.notes[-1]
     both = plan({f"{VLLM}.gpu_memory_utilization": 0.9})
     assert colocated_plan(both, resolve_layout(both, NPU, {"NPU": 2, "CPU": 8})) is both

@@ -565,3 +565,47 @@ def test_shutdown_is_idempotent_and_final(api: SimpleNamespace, make_engine: Cal
         rpc(engine, "check_health")
     with pytest.raises(api.EngineDeadError):
         asyncio.run(engine.reset_prefix_cache())
+
+
+# ---------------------------------------------------------------- sleep mode
+
+
+def test_sleep_mode_must_be_enabled_and_releases_what_vllm_releases(make_engine: Callable[..., Any],
+                                                                    api: SimpleNamespace) -> None:
+    plain = make_engine()
+    with pytest.raises(ValueError, match="Sleep mode is not enabled"):
+        asyncio.run(plain.sleep(1))
+    napper = make_engine(enable_sleep_mode=True, tensor_parallel_size=2)
+    greedy = api.SamplingParams(temperature=0.0, max_tokens=4)
+    before = final(napper, {"prompt_token_ids": [5, 6, 7]}, greedy, "before").outputs[0].token_ids
+    resets = napper.prefix_cache_resets
+    asyncio.run(napper.sleep(1))
+    assert asyncio.run(napper.is_sleeping()) and napper.prefix_cache_resets == resets + 1
+    with pytest.raises(RuntimeError, match=r"the engine is sleeping \(kv_cache, weights released\)"):
+        final(napper, {"prompt_token_ids": [5, 6, 7]}, greedy, "asleep")
+    for worker in napper.double_workers:  # the device copy is gone; level 1 keeps one in CPU memory
+        assert all(torch.isnan(p).all() for p in worker.get_model().parameters())
+    asyncio.run(napper.wake_up(["weights"]))
+    assert asyncio.run(napper.is_sleeping()), "the KV cache is still released"
+    asyncio.run(napper.wake_up(["kv_cache"]))
+    assert not asyncio.run(napper.is_sleeping())
+    assert final(napper, {"prompt_token_ids": [5, 6, 7]}, greedy, "after").outputs[0].token_ids == before
+
+
+def test_level_two_forgets_the_weights_until_they_are_loaded(make_engine: Callable[..., Any],
+                                                             api: SimpleNamespace, hf: SimpleNamespace) -> None:
+    napper = make_engine(enable_sleep_mode=True)
+    asyncio.run(napper.sleep(2))
+    model = napper.double_workers[0].get_model()
+    state = {n: p.detach().clone() for n, p in hf.model.named_parameters()}
+    with pytest.raises(RuntimeError, match=r"wake_up\(tags=\['weights'\]\) first"):
+        model.load_weights(state.items())
+    asyncio.run(napper.wake_up(["weights"]))
+    assert all(torch.isnan(p).all() for p in model.parameters()), "level 2 forgets the values"
+    model.load_weights(state.items())
+    asyncio.run(napper.wake_up(["kv_cache"]))
+    greedy = api.SamplingParams(temperature=0.0, max_tokens=3)
+    out = final(napper, {"prompt_token_ids": [5, 6, 7]}, greedy, "reloaded").outputs[0]
+    assert len(out.token_ids) == 3 and all(torch.isfinite(p).all() for p in model.parameters())
+    with pytest.raises(RuntimeError, match="unknown sleep-mode tag"):  # a worker's error, as collective_rpc reports it
+        asyncio.run(napper.wake_up(["everything"]))

@@ -313,3 +313,48 @@ def test_the_openai_api_serves_from_the_vllm_engine_and_records_what_it_sampled(
         started.shutdown()
     with pytest.raises(openai.APIConnectionError):
         openai_client.models.list()  # the server went with the engine
+
+
+# --- sleep mode (mode colocate): the double models vLLM's sleep, wake_up and is_sleeping ----------------------
+
+
+def test_a_sleeping_engine_wakes_for_the_next_request_with_its_weights(double: Path, tiny_model: Path) -> None:
+    from trinity.common.models.vllm_engine import VLLMEngine
+
+    napper = VLLMEngine(str(tiny_model), dtype="float32", max_prompt_tokens=32, sleep_mode=True)
+    try:
+        assert napper.engine.engine_args.enable_sleep_mode
+        greedy = SamplingParams(temperature=0.0, max_tokens=6)
+        before = napper.generate(["Repeat the letter b."], greedy)[0][0]
+        napper.sleep()
+        assert napper.is_sleeping() and asyncio.run(napper.engine.is_sleeping())
+        napper.sleep()  # asleep already: nothing
+        again = napper.generate(["Repeat the letter b."], greedy)[0][0]  # level 1 kept the weights
+        assert not napper.is_sleeping() and torch.equal(again.response_tokens, before.response_tokens)
+    finally:
+        napper.shutdown()
+
+
+def test_a_sleeping_engine_takes_new_weights_then_its_kv_cache(double: Path, tiny_model: Path) -> None:
+    from trinity.common.models.vllm_engine import VLLMEngine
+
+    napper = VLLMEngine(str(tiny_model), dtype="float32", max_prompt_tokens=32, sleep_mode=True,
+                        track_checksum=True)
+    try:
+        state = perturbed_state(tiny_model, 0.05)
+        napper.sleep()
+        napper.load_state_dict(state, version=3)  # vLLM would fault loading into released memory: woken first
+        assert not napper.is_sleeping() and napper.model_version() == 3
+        assert napper.state_dict_checksum() == state_dict_checksum(state)
+        hf = HFEngine(str(tiny_model), torch_threads=1)
+        hf.load_state_dict(state, version=3)
+        greedy = SamplingParams(temperature=0.0, max_tokens=6)
+        ours = napper.generate(["Repeat the letter b."], greedy)[0][0]
+        assert torch.equal(ours.response_tokens, hf.generate(["Repeat the letter b."], greedy)[0][0].response_tokens)
+    finally:
+        napper.shutdown()
+
+
+def test_without_sleep_mode_sleep_is_nothing(engine: Any) -> None:
+    engine.sleep()
+    assert not engine.is_sleeping() and not engine.engine.engine_args.enable_sleep_mode

@@ -463,9 +463,32 @@ class BothLoop:
     def _timed_train_step(self, experiences: list[Any]) -> dict[str, float]:
         """Run the trainer's step, counting its update as training and the checkpoint it saved (if any) as saving."""
         started = time.monotonic()
+        if self.plan.explorer.rollout.sleep_mode:  # colocated: the engine hands the device to the trainer
+            with self.engine_lock:  # between rollout batches; the next use (the sync's load) wakes it
+                self._call_engines("sleep")
         metrics: dict[str, float] = self.trainer.train_step(experiences, checkpoint_extra=self.checkpoint_state)
         self.clock.add_training(started, time.monotonic(), float(metrics.get(SAVE_SECONDS, 0.0)))
         return metrics
+
+    def _call_engines(self, method: str) -> None:
+        """Call ``method`` on every rollout engine (Ray actors or in-process); a dead one is left to the sync.
+
+        The sync that follows finds a dead engine and replaces it (see :mod:`trinity.explorer.recovery`).
+        """
+        import ray
+        from ray.exceptions import RayActorError
+
+        from trinity.common.models.client import is_actor
+
+        calls = [(index, getattr(e, method).remote()) for index, e in enumerate(self.engines) if is_actor(e)]
+        for engine in self.engines:
+            if not is_actor(engine):
+                getattr(engine, method)()
+        for index, call in calls:
+            try:
+                ray.get(call)
+            except RayActorError:
+                logger.warning("engine %d died before it could %s; the next sync replaces it", index, method)
 
     def _log_restored_row(self, row: dict[str, float], report: Any) -> None:
         """Log the resumed checkpoint's step row its run did not log, with the resumed run's first sync's metrics."""

@@ -252,17 +252,31 @@ def _check_colocate(plan: RunPlan, external: bool, chosen: str = "") -> None:
 
 
 def colocated_plan(plan: RunPlan, layout: Layout) -> RunPlan:
-    """Return ``plan`` as a colocated run runs it: a vLLM engine's memory share capped, as upstream caps it."""
+    """Return ``plan`` as a colocated run runs it, with a vLLM engine's settings for sharing the device.
+
+    Its memory share is capped as upstream caps it, and in the serial loop
+    (``sync_offset: 0``) it sleeps while the trainer steps (vLLM's sleep
+    mode); with the explorer ahead, rollouts overlap training and it stays awake.
+    """
     import dataclasses
 
     rollout = plan.explorer.rollout
-    if not layout.colocated or layout.engine_type != "vllm" or rollout.gpu_memory_utilization <= COLOCATED_VLLM_MEMORY:
+    if not layout.colocated or layout.engine_type != "vllm":
         return plan
-    note = (f"explorer.rollout_model.gpu_memory_utilization: {rollout.gpu_memory_utilization:g} lowered to "
-            f"{COLOCATED_VLLM_MEMORY:g} in mode colocate: the trainer rank needs the rest of the device")
-    explorer = dataclasses.replace(
-        plan.explorer, rollout=dataclasses.replace(rollout, gpu_memory_utilization=COLOCATED_VLLM_MEMORY))
-    return dataclasses.replace(plan, explorer=explorer, notes=(*plan.notes, note))
+    notes = list(plan.notes)
+    if rollout.gpu_memory_utilization > COLOCATED_VLLM_MEMORY:
+        notes.append(f"explorer.rollout_model.gpu_memory_utilization: {rollout.gpu_memory_utilization:g} lowered to "
+                     f"{COLOCATED_VLLM_MEMORY:g} in mode colocate: the trainer rank needs the rest of the device")
+    serial = plan.sync.offset == 0
+    if serial:
+        notes.append("mode colocate: the vLLM engine sleeps (its weights in host memory, its KV cache released) "
+                     "while the trainer steps, and wakes with the new weights")
+    else:
+        notes.append(f"mode colocate with synchronizer.sync_offset: {plan.sync.offset}: rollouts overlap training, "
+                     "so the vLLM engine stays awake; the device must hold both (sync_offset: 0 lets it sleep)")
+    engine = dataclasses.replace(rollout, gpu_memory_utilization=min(rollout.gpu_memory_utilization,
+                                                                     COLOCATED_VLLM_MEMORY), sleep_mode=serial)
+    return dataclasses.replace(plan, explorer=dataclasses.replace(plan.explorer, rollout=engine), notes=tuple(notes))
 
 
 def auto_engine_type(backend: Backend) -> str:

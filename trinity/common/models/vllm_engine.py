@@ -177,6 +177,7 @@ class VLLMEngine(TextPrompts, ServesOpenAI):
         track_checksum: bool = False,
         executor_backend: str | None = None,
         openai_api: Mapping[str, Any] | None = None,
+        sleep_mode: bool = False,
     ) -> None:
         """Start vLLM on ``model_path``; raises VLLMEngineError for bad settings, vLLM's own errors otherwise.
 
@@ -185,7 +186,8 @@ class VLLMEngine(TextPrompts, ServesOpenAI):
         default (``mp``/``uni``) otherwise. ``dtype`` ``auto`` is the device
         backend's preferred dtype (not vLLM's ``auto``, which follows the model
         folder), so the engine holds what the trainer computes in; vLLM picks
-        its attention backend itself.
+        its attention backend itself. ``sleep_mode`` (mode colocate): vLLM's
+        sleep mode is on, so :meth:`sleep` can hand the device to the trainer.
         """
         if dtype not in _DTYPES:
             raise VLLMEngineError(f"unknown dtype {dtype!r}; use one of {', '.join(_DTYPES)}")
@@ -214,6 +216,9 @@ class VLLMEngine(TextPrompts, ServesOpenAI):
         self.tokenizer: Any = AutoTokenizer.from_pretrained(self.tokenizer_path, trust_remote_code=trust_remote_code)
         self.chat_template = chat_template
         self._version = int(version)
+        self.sleep_mode = bool(sleep_mode)
+        #: Whether vLLM's weights and KV cache are released (sleep mode); the next use wakes them.
+        self._asleep = False
         self._loaded_since_start = False
         self._requests = itertools.count()
         self._closed = False
@@ -255,6 +260,7 @@ class VLLMEngine(TextPrompts, ServesOpenAI):
             "track_checksum": verify_checksums,
             "trust_remote_code": engine.trust_remote_code,
             "chat_template": engine.chat_template,
+            "sleep_mode": bool(getattr(engine, "sleep_mode", False)),
         }
 
     def _engine_args(self, **settings: Any) -> Any:
@@ -274,6 +280,7 @@ class VLLMEngine(TextPrompts, ServesOpenAI):
             distributed_executor_backend=self.executor_backend,
             worker_extension_cls=extension_qualname(),
             logprobs_mode="processed_logprobs",
+            **({"enable_sleep_mode": True} if self.sleep_mode else {}),
         )
 
     @staticmethod
@@ -317,6 +324,8 @@ class VLLMEngine(TextPrompts, ServesOpenAI):
         greedy = params.temperature <= 0
         # vLLM refuses n > 1 with greedy sampling; greedy completions of one prompt are identical anyway
         sampling = to_vllm_sampling(dataclasses.replace(params, n=1) if greedy else params)
+        if self._asleep:
+            await self._gate.exclusive(self._wake)
         await self._gate.enter_request()
         try:
             version = self._version
@@ -442,12 +451,48 @@ class VLLMEngine(TextPrompts, ServesOpenAI):
 
     def _update(self, load: Callable[[], Awaitable[Any]], version: int) -> None:
         async def action() -> None:
+            if self._asleep:  # the weights' memory first, the KV cache's once they are in (vLLM's RL order)
+                await self.engine.wake_up(tags=["weights"])
             await load()
+            await self._wake()
             await self.engine.reset_prefix_cache()
             self._version = int(version)
             self._loaded_since_start = True
 
         self._run(self._gate.exclusive(action))
+
+    # ------------------------------------------------------------------ sleep mode
+
+    def sleep(self) -> None:
+        """Release the device memory of the weights (kept in host memory) and the KV cache, between requests.
+
+        Mode colocate calls it before the trainer steps on the same device;
+        the next request or weight load wakes the engine. Without sleep mode,
+        or asleep already, it does nothing.
+        """
+        if not self.sleep_mode or self._asleep:
+            return
+
+        async def action() -> None:
+            if not self._asleep:
+                await self.engine.sleep(level=1)
+                self._asleep = True
+
+        self._run(self._gate.exclusive(action))
+
+    def wake_up(self) -> None:
+        """Take the weights' and the KV cache's memory back now (the next request would)."""
+        if self._asleep:
+            self._run(self._gate.exclusive(self._wake))
+
+    def is_sleeping(self) -> bool:
+        """Whether the engine's device memory is released (sleep mode)."""
+        return self._asleep
+
+    async def _wake(self) -> None:
+        if self._asleep:
+            await self.engine.wake_up(tags=None)
+            self._asleep = False
 
     def state_dict_checksum(self) -> str:
         """Return the checksum of the weights last loaded completely (the model folder's at start).

@@ -18,7 +18,10 @@ import torch
 from torch import nn
 
 #: Attributes every worker instance sets; an extension class may not define them either.
-WORKER_INSTANCE_ATTRIBUTES = frozenset({"rank", "local_rank", "device", "model_runner", "spec"})
+WORKER_INSTANCE_ATTRIBUTES = frozenset({"rank", "local_rank", "device", "model_runner", "spec", "asleep",
+                                        "weights_backup"})
+#: What sleep mode's allocator tags (``wake_up(tags=...)``).
+SLEEP_TAGS = ("weights", "kv_cache")
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,8 @@ class DoubleModel(nn.Module):
         ``lm_head.*`` are skipped (not loaded, not returned); a shape mismatch
         fails; the tensor is cast to the parameter's dtype.
         """
+        if self.__dict__.get("_weights_asleep"):
+            raise RuntimeError("the model's weights are released (sleep mode); wake_up(tags=['weights']) first")
         params = dict(self.named_parameters(remove_duplicate=False))
         tied = bool(getattr(self.config, "tie_word_embeddings", False))
         digests: dict[str, str] = self.__dict__["_loaded_digests"]
@@ -130,6 +135,43 @@ class Worker:
         self.local_rank = local_rank
         self.device = torch.device("cpu")
         self.model_runner: ModelRunner | None = None
+        #: Sleep mode's released tags (``weights``, ``kv_cache``).
+        self.asleep: set[str] = set()
+        #: Level 1 sleep's copy of the weights ("offloaded to CPU memory"); None after level 2.
+        self.weights_backup: dict[str, torch.Tensor] | None = None
+
+    def sleep(self, level: int = 1) -> None:
+        """Release the weights and the KV cache: level 1 keeps a copy of the weights, level 2 forgets them.
+
+        Released weights read NaN (their device memory is gone) until woken.
+        """
+        if level not in (1, 2):
+            raise ValueError(f"sleep level must be 1 or 2, got {level}")
+        model = self.get_model()
+        params = dict(model.named_parameters())
+        self.weights_backup = {n: p.detach().clone() for n, p in params.items()} if level == 1 else None
+        with torch.no_grad():
+            for param in params.values():
+                param.fill_(float("nan"))
+        object.__setattr__(model, "_weights_asleep", True)
+        self.asleep = set(SLEEP_TAGS)
+
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        """Take the memory of ``tags`` (default: all) back; level 1's weights come back with their values."""
+        wanted = list(SLEEP_TAGS) if tags is None else list(tags)
+        for tag in wanted:
+            if tag not in SLEEP_TAGS:
+                raise ValueError(f"unknown sleep-mode tag {tag!r}; expected one of {list(SLEEP_TAGS)}")
+        model = self.get_model()
+        if "weights" in wanted and "weights" in self.asleep:
+            if self.weights_backup is not None:
+                params = dict(model.named_parameters())
+                with torch.no_grad():
+                    for name, value in self.weights_backup.items():
+                        params[name].copy_(value)
+            self.weights_backup = None
+            object.__setattr__(model, "_weights_asleep", False)
+        self.asleep -= set(wanted)
 
     def init_device(self) -> None:
         """Nothing to set up on the CPU."""

@@ -49,6 +49,8 @@ class EnginePlan:
     api: ApiPlan | None = None
     #: ``engine_type: external``: the endpoint (no engine is started); None otherwise.
     external: ExternalPlan | None = None
+    #: vLLM's sleep mode: the engine releases its device memory while the trainer steps (mode colocate).
+    sleep_mode: bool = False
 
     @property
     def devices(self) -> int:

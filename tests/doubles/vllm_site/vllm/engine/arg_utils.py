@@ -29,6 +29,7 @@ class EngineArgs:
     logprobs_mode: str = "raw_logprobs"
     worker_extension_cls: str = ""
     disable_log_stats: bool = False
+    enable_sleep_mode: bool = False
 
 
 @dataclass

@@ -274,6 +274,9 @@ class AsyncLLM:
 
     def _run_request(self, prompt: Any, params: SamplingParams, request_id: str) -> RequestOutput:
         self._ensure_alive()
+        asleep = sorted(set().union(*(worker.asleep for worker in self.double_workers)))
+        if asleep:  # on a device the request would touch released memory; here it fails plainly
+            raise RuntimeError(f"the engine is sleeping ({', '.join(asleep)} released); call wake_up() first")
         prompt_text, ids = self._prompt_ids(prompt)
         if not ids:
             raise ValueError("The decoder prompt cannot be empty")
@@ -376,6 +379,25 @@ class AsyncLLM:
     @staticmethod
     def _call_worker(worker: Worker, method: str, args: tuple, kwargs: dict[str, Any]) -> Any:
         return getattr(worker, method)(*args, **kwargs)
+
+    # ----------------------------------------------------------------- sleep mode
+
+    async def sleep(self, level: int = 1) -> None:
+        """Release the workers' weights (level 1: kept in CPU memory; level 2: forgotten) and KV cache."""
+        self._ensure_alive()
+        if not self.engine_args.enable_sleep_mode:
+            raise ValueError("Sleep mode is not enabled. Enable it with enable_sleep_mode=True.")
+        await self.reset_prefix_cache()
+        await self._on_core(self._dispatch_rpc, "sleep", (level,), {}, None)
+
+    async def wake_up(self, tags: list[str] | None = None) -> None:
+        """Take back the memory of ``tags`` (``weights``, ``kv_cache``; default both)."""
+        self._ensure_alive()
+        await self._on_core(self._dispatch_rpc, "wake_up", (tags,), {}, None)
+
+    async def is_sleeping(self) -> bool:
+        """Whether any tag's memory is released."""
+        return any(worker.asleep for worker in self.double_workers)
 
     async def reset_prefix_cache(self) -> bool:
         """Drop cached prefixes (the double has none; counts the calls in ``prefix_cache_resets``)."""
