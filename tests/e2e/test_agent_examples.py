@@ -58,6 +58,18 @@ def test_react_agent_with_the_random_model(root: Path, monkeypatch: pytest.Monke
         assert metrics["explore/answered/mean"] + metrics["explore/tool_calls/mean"] > 0
 
 
+def test_react_agent_on_one_device_in_mode_colocate(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agent's OpenAI client talks to the colocated engine, whose weights come through the shared file."""
+    records = run_recipe("react/react.yaml", root, monkeypatch, **{
+        "mode": "colocate", "cluster.gpu_per_node": 1, "name": "react-colocate",
+        "synchronizer.verify_checksums": True,
+    })
+    for metrics in phase(records, "train"):
+        assert math.isfinite(metrics["loss"]) and metrics["sync/checksum_match"] == 1.0
+    for metrics in phase(records, "explore"):
+        assert metrics["explore/stored_experiences"] >= 8
+
+
 def test_react_agent_that_calls_the_calculator(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     tasks = [json.loads(line) for line in (REPO / "examples/agents/react/tasks.jsonl").read_text().splitlines()]
     chats = []
