@@ -78,3 +78,18 @@ def test_mode_colocate_by_name_and_its_refusals(tmp_path: Path, tiny_model: Path
     assert refused.returncode == 2
     assert refused.stderr.strip().splitlines()[-1].endswith(
         "mode: colocate runs one engine on one device: explorer.rollout_model.engine_num is 2; set 1")
+
+
+def test_the_quickstart_learns_on_one_cpu_bundle(tmp_path: Path) -> None:
+    """The README's quickstart, unchanged but for one device: it runs colocated and meets the quickstart's bar."""
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "TRINITY_CHECKPOINT_ROOT_DIR": str(tmp_path)}
+    env.pop("RAY_ADDRESS", None)
+    done = subprocess.run([sys.executable, "-m", "trinity.cli.main", "run", "--config", "examples/quickstart/cpu.yaml",
+                           "--set", "cluster.gpu_per_node=1"], capture_output=True, text=True, env=env, cwd=REPO,
+                          timeout=900, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "running as mode colocate" in done.stderr
+    evals = [r["metrics"]["eval/reward/mean"] for r in records(tmp_path / "quickstart" / "toy-repeat-grpo")
+             if r["phase"] == "eval"]
+    first, final = evals[0], evals[-1]
+    assert len(evals) == 9 and final >= max(2 * first, first + 0.2), evals
