@@ -130,7 +130,7 @@ def _loop(parts: Parts, monkeypatch: pytest.MonkeyPatch, *, strategy: Any = None
     plan = SimpleNamespace(
         sync=SimpleNamespace(verify_checksums=False, **settings),
         buffer=SimpleNamespace(experience=None, eval_tasksets=[]),
-        explorer=SimpleNamespace(eval_on_startup=False, eval_interval=0),
+        explorer=SimpleNamespace(eval_on_startup=False, eval_interval=0, rollout=SimpleNamespace(sleep_mode=False)),
         trainer=SimpleNamespace(total_steps=None, save_interval=0, save_hf=None),
     )
     trainer = SimpleNamespace(step=0, train_step=parts.train_step, save_checkpoint=parts.save_checkpoint)
