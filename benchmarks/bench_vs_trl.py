@@ -40,7 +40,7 @@ TRL its one process's peak. Reported per model: each round's steps/s
 of both sides and their ratio (trinity / TRL), the median ratio per arm, and
 each arm's mean split of a step (explore / train / sync / save / eval / driver
 as % of ``time/step_s``). Three models: the quickstart's (``quickstart``: its
-tiny model and knobs), ``5m`` (~5M parameters) and ``40m`` (~34M) of the same
+tiny model and knobs), ``5m`` (~5M parameters) and ``40m`` (~38M) of the same
 architecture (``trinity.common.models.tiny``, scaled up).
 
 Needs TRL (``pip install -e ".[bench]"``). Run
