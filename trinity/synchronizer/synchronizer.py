@@ -117,7 +117,7 @@ def default_shared_path(plan: RunPlan) -> Path:
     """Return the shared method's file: in ``/dev/shm``, named after the run and its folder (one per run folder)."""
     import hashlib
 
-    from trinity.weight_transport.shared_file import default_shared_path as shared_file_path
+    from trinity.weight_transport.shared_file import shared_file_path
 
     digest = hashlib.sha256(str(plan.run_dir).encode()).hexdigest()[:12]
     return shared_file_path(f"{plan.run_dir.name}-{digest}")
@@ -428,7 +428,7 @@ class Synchronizer:
 
     def close(self) -> None:
         """Release the trainer side of the online group (or the shared file) and the worker threads."""
-        if self.method.kind == "shared" and self._attached:
+        if self.method.kind == "shared":  # whether or not an engine mapped it: a published file is removed
             try:
                 self._calls.wait([self._calls.start(self.trainer_ranks[0], "close_shared_weights")],
                                  time.monotonic() + 30, "removing the shared weights file")

@@ -33,7 +33,7 @@ ALIGN = 64
 SHM_DIR = Path("/dev/shm")
 
 
-def default_shared_path(name: str) -> Path:
+def shared_file_path(name: str) -> Path:
     """Return the shared file's path for a run named ``name`` (characters other than letters and digits become -)."""
     safe = "".join(c if c.isalnum() else "-" for c in name).strip("-") or "run"
     folder = SHM_DIR if SHM_DIR.is_dir() else Path(os.environ.get("TMPDIR", "/tmp"))
