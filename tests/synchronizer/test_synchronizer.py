@@ -125,3 +125,45 @@ def test_a_failed_online_sync_leaves_no_participant_waiting_in_its_collective(
         assert time.monotonic() - freed < 30
     finally:
         sync.close()
+
+
+def test_a_one_rank_online_sync_after_the_first_sends_the_known_plan_in_one_call(
+    ray_local: Any, engines: list[Any], trainer: TrainerStub
+) -> None:
+    """The first sync asks the rank for its weight plan; later ones send it with the engines already receiving."""
+    sync = Synchronizer(SyncMethod.parse("online", "gloo"), [trainer], engines, sync_plan(sync_timeout=60))
+    try:
+        first = sync.sync(1)
+        assert trainer.sends == 0 and first.gather_seconds > 0
+        for version in (2, 3):
+            trainer.perturb(0.25)
+            report = sync.sync(version)
+            assert report.gather_seconds == 0.0 and report.bytes == state_dict_bytes(trainer.state)
+            assert ray_local.get([e.state_dict_checksum.remote() for e in engines]) == [trainer.checksum()] * 2
+            assert ray_local.get([e.model_version.remote() for e in engines]) == [version, version]
+        assert trainer.sends == 2
+    finally:
+        sync.close()
+
+
+def test_weights_that_changed_plan_fail_the_sync_at_once_and_the_next_sync_asks_again(
+    ray_local: Any, engines: list[Any], trainer: TrainerStub
+) -> None:
+    """A cached plan that no longer holds: the rank sends the true header, every receiver refuses it within
+    seconds (not the 60 s group timeout), the sync fails with the reason, and the next sync reads the plan anew."""
+    sync = Synchronizer(SyncMethod.parse("online", "gloo"), [trainer], engines, sync_plan(sync_timeout=60))
+    try:
+        sync.sync(1)
+        name = next(iter(trainer.state))
+        trainer.state[name] = trainer.state[name].double()  # a dtype the plan of the first sync does not have
+        started = time.monotonic()
+        with pytest.raises(SyncError, match=r"no longer match|the sender broadcasts"):
+            sync.sync(2)
+        assert time.monotonic() - started < 10
+        assert ray_local.get([e.model_version.remote() for e in engines], timeout=10) == [1, 1]
+        report = sync.sync(3)
+        assert report.gather_seconds > 0, "the plan was read again"
+        assert ray_local.get([e.state_dict_checksum.remote() for e in engines]) == [trainer.checksum()] * 2
+        assert trainer.sends == 1
+    finally:
+        sync.close()

@@ -206,6 +206,8 @@ class TrainerStub:
         self.state = {k: v.clone() for k, v in state.items()}
         self.group: Any = None
         self._gathered: dict[str, torch.Tensor] | None = None
+        #: Calls of send_weights (the synchronizer's cached-plan path).
+        self.sends = 0
 
     def perturb(self, value: float) -> None:
         for tensor in self.state.values():
@@ -236,6 +238,18 @@ class TrainerStub:
     def broadcast_weights(self, bucket_bytes: int) -> int:
         self.group.broadcast_state_dict(self._take(), bucket_bytes)
         return 0
+
+    def send_weights(self, bucket_bytes: int, metas: list[TensorMeta]) -> int:
+        """The one-call send of a known plan, as FSDPWorker.send_weights: a changed plan is refused."""
+        from trinity.weight_transport import WeightSyncError
+
+        self.sends += 1
+        current = self.gather_weights()
+        if current != list(metas):
+            self._gathered = None
+            self.group.refuse_plan(current, bucket_bytes)
+            raise WeightSyncError("the trainer's weights no longer match the plan of the first sync")
+        return self.broadcast_weights(bucket_bytes)
 
     def save_sync_weights(self, folder: str, version: int) -> int:
         from trinity.synchronizer.checkpoint_sync import save_weights

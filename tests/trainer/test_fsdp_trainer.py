@@ -28,7 +28,7 @@ from trinity.common.constants import SyncMethod
 from trinity.common.experience import Experience, make_batch
 from trinity.common.models.checksum import state_dict_checksum
 from trinity.manager.checkpoint_converter import ConversionError, convert_checkpoint
-from trinity.monitor.keys import SAVE_SECONDS
+from trinity.monitor.keys import RANK_UPDATE_SECONDS, SAVE_SECONDS
 from trinity.synchronizer.synchronizer import Synchronizer
 from trinity.trainer.checkpoint import CheckpointError
 from trinity.trainer.trainer import FSDPTrainer
@@ -107,6 +107,7 @@ def test_grpo_step_matches_one_process_and_updates_weights(grpo: dict[str, Any],
     assert metrics["clip_frac"] == 0.0
     assert metrics["tokens"] == sum(e.response_length for e in experiences)
     assert metrics["step"] == 1.0 and trainer.step == 1
+    assert 0 < metrics[RANK_UPDATE_SECONDS] < metrics["step_time_s"]
 
     after = trainer.full_state_dict()
     assert before.keys() == after.keys()

@@ -24,6 +24,8 @@ from trinity.trainer.batching import (
     count_units,
     expand_pairs,
     micro_batches,
+    rows_from_wire,
+    rows_to_wire,
     shard_indices,
     slice_rows,
     take_rows,
@@ -101,6 +103,26 @@ def test_dummy_rows_train_nothing_and_micro_batches_are_trimmed() -> None:
     assert short["response_mask"].shape[1] == length - 1 and short["rewards"].shape == (1,)
     assert count_units(rows["response_mask"], "token") == sum(e.response_length for e in experiences)
     assert count_units(rows["response_mask"], "seq") == 3 == count_units(rows["response_mask"], "row")
+
+
+def test_rows_cross_to_a_rank_as_numpy_and_come_back_as_writable_tensors() -> None:
+    """Ray sends numpy arrays as raw buffers (read-only on the receiving side); bfloat16 has no numpy dtype."""
+    import pickle
+
+    rows = {"input_ids": torch.arange(6).view(2, 3), "response_mask": torch.ones(2, 3, dtype=torch.bool),
+            "advantages": torch.rand(2, 3), "bf": torch.rand(2, 3).bfloat16()}
+    wire = rows_to_wire(rows)
+    assert {name: type(value).__name__ for name, value in wire.items()} == {
+        "input_ids": "ndarray", "response_mask": "ndarray", "advantages": "ndarray", "bf": "Tensor"}
+    arrived = pickle.loads(pickle.dumps(wire, protocol=5))
+    for value in arrived.values():
+        if not isinstance(value, torch.Tensor):
+            value.setflags(write=False)  # as Ray hands it over
+    back = rows_from_wire(arrived)
+    for name, tensor in rows.items():
+        assert back[name].dtype == tensor.dtype and torch.equal(back[name], tensor)
+    back["advantages"].add_(1.0)  # a copy: writable, and the sender's rows are untouched
+    assert not torch.equal(back["advantages"], rows["advantages"])
 
 
 def test_preference_pairs_interleave() -> None:

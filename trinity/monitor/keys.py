@@ -42,6 +42,9 @@ EVAL_SECONDS = "time/eval_s"
 DRIVER_SECONDS = "time/driver_s"
 #: All seconds of the step in which a rollout batch ran, overlapped by the trainer's work or not.
 ROLLOUT_SECONDS = "time/rollout_s"
+#: Seconds the slowest trainer rank spent in its update (inside ``time/train_s``: the rest is the driver's batch
+#: preparation and the calls to the ranks).
+RANK_UPDATE_SECONDS = "time/rank_update_s"
 #: Seconds the trainer waited for the step's batch to be explored and stored.
 EXPLORE_WAIT_SECONDS = "time/explore_wait_s"
 

@@ -25,7 +25,11 @@ Methods:
   Per sync: all trainer ranks gather the full state dict (rank 0 keeps
   it), the engines are told the metas (``receive_weights``, started before
   the broadcast), rank 0 broadcasts in buckets, and the synchronizer waits
-  for everyone.
+  for everyone. A one-rank trainer's plan (its metas) cannot change during a
+  run: from the second sync on, the engines start receiving it while the rank
+  reads and broadcasts its weights in one call (``send_weights``); weights
+  that no longer match it fail that sync at once, with the first tensor that
+  differs, and the next sync reads the plan again.
 * ``checkpoint``: rank 0 writes safetensors to the shared sync path
   (atomically, see :mod:`~trinity.synchronizer.checkpoint_sync`), then each
   engine loads them (``load_checkpoint_weights``). With no engines it still
@@ -225,6 +229,8 @@ class Synchronizer:
         #: The online group built last (None before the first, and once a failed sync gave it up).
         self._group_info: WeightSyncGroupInfo | None = None
         self._groups_built = 0
+        #: The one-rank trainer's weight plan, read at the first sync: later syncs send without asking for it.
+        self._metas: list[TensorMeta] | None = None
         self.last_report: SyncReport | None = None
 
     def replace_engine(self, index: int, engine: Any) -> None:
@@ -296,6 +302,7 @@ class Synchronizer:
         of this one leave it (``weight_transport.group.give_up``), so no trainer rank or engine stays blocked in
         it until the group's timeout, unable to answer the next sync."""
         self._group_ready = False
+        self._metas = None
         info, self._group_info = self._group_info, None
         if info is not None:
             from trinity.weight_transport.group import give_up
@@ -335,6 +342,8 @@ class Synchronizer:
             return self._report(self._sync_shared(version, started), version, started, started, 0.0)
         setup_seconds = self._setup(started) if self.method.kind == "collective" else 0.0
         deadline = started + self.config.timeout
+        if self._metas is not None:
+            return self._send_known_plan(self._metas, version, started, setup_seconds)
         gather_started = time.monotonic()
         # a broadcast from two or more ranks streams: each tensor is gathered from the shards as it is sent
         stream = self.method.kind == "collective" and len(self.trainer_ranks) > 1
@@ -348,6 +357,8 @@ class Synchronizer:
         transfer_started = time.monotonic()
         rank0 = self.trainer_ranks[0]
         if self.method.kind == "collective":
+            if not stream and len(self.trainer_ranks) == 1:  # the plan cannot change: later syncs skip asking
+                self._metas = list(metas)
             receiving = [
                 self._calls.start(e, "receive_weights", metas, version, self.bucket_bytes) for e in self.engines
             ]
@@ -381,6 +392,16 @@ class Synchronizer:
             )
         return self._report(nbytes, version, started, transfer_started, setup_seconds,
                             gather_seconds=transfer_started - gather_started)
+
+    def _send_known_plan(self, metas: list[TensorMeta], version: int, started: float, setup_seconds: float
+                         ) -> SyncReport:
+        """One trainer rank, plan known: the engines start receiving while the rank reads and sends, one call each."""
+        deadline = started + self.config.timeout
+        transfer_started = time.monotonic()
+        receiving = [self._calls.start(e, "receive_weights", metas, version, self.bucket_bytes) for e in self.engines]
+        sending = self._calls.start(self.trainer_ranks[0], "send_weights", self.bucket_bytes, metas)
+        self._calls.wait([sending, *receiving], deadline, "broadcasting the weights to the engines")
+        return self._report(metas_bytes(metas), version, started, transfer_started, setup_seconds)
 
     def _sync_shared(self, version: int, started: float) -> int:
         """Write the weights into the shared file; let engines that have not mapped it map it; return its bytes."""

@@ -43,7 +43,7 @@ from trinity.algorithm import (
 from trinity.common.config.plan.run import RunPlan
 from trinity.common.config.plan.trainer import OptimizerPlan
 from trinity.common.models.checksum import state_dict_checksum, tied_alias_sources
-from trinity.trainer.batching import Rows, count_units, row_count, slice_rows
+from trinity.trainer.batching import Rows, count_units, row_count, rows_from_wire, rows_to_wire, slice_rows
 from trinity.trainer.checkpoint import CheckpointDir, read_state
 from trinity.trainer.models import (
     accepts_logits_to_keep,
@@ -95,6 +95,15 @@ def hf_support_files(model_path: str | Path) -> list[Path]:
 def _full_tensor(value: Any) -> torch.Tensor:
     full = getattr(value, "full_tensor", None)
     return full() if callable(full) else value  # type: ignore[no-any-return]
+
+
+def _first_difference(expected: Sequence[TensorMeta], current: Sequence[TensorMeta]) -> str:
+    """Say where two weight plans part: the first tensor that differs, or their lengths."""
+    for index, (was, now) in enumerate(zip(expected, current, strict=False)):
+        if was != now:
+            return (f"tensor {index}: {was.name} {was.dtype}{list(was.shape)} is now "
+                    f"{now.name} {now.dtype}{list(now.shape)}")
+    return f"{len(expected)} tensors then, {len(current)} now"
 
 
 def _schedule(optimizer: OptimizerPlan, total_steps: int | None) -> Callable[[int], float]:
@@ -278,6 +287,7 @@ class FSDPWorker:
         ``cuts`` are the shard's micro-batches (every rank gets as many).
         """
         self._check_ready()
+        rows = rows_from_wire(rows)
         count, width = row_count(rows), rows["input_ids"].shape[1] - 1
         out = {name: torch.zeros((count, width), dtype=torch.float32) for name in wanted}
         for where in cuts:
@@ -304,7 +314,7 @@ class FSDPWorker:
                     raise RuntimeError("values asked for, but this trainer has no critic")
                 values = self.critic(ids, mask)[:, :-1]
                 out["values"][where, :length] = values.float().cpu()
-        return out
+        return rows_to_wire(out)
 
     def update(self, rows: Rows, units: dict[str, int], cuts: Sequence[slice],
                critic_cuts: Sequence[slice] = (), global_step: int = 1) -> dict[str, Any]:
@@ -318,6 +328,8 @@ class FSDPWorker:
         being taken (1 for the first), for losses with a schedule.
         """
         self._check_ready()
+        started = time.monotonic()
+        rows = rows_from_wire(rows)
         acc = _Accumulator()
         grad_norms: list[float] = []
         critic_grad_norms: list[float] = []
@@ -351,6 +363,7 @@ class FSDPWorker:
             "skipped_steps": skipped,
             "lr": lr,
             "step": self.step,
+            "seconds": time.monotonic() - started,
         }
 
     def _actor_micro_batch(self, mb: Rows, units: dict[str, int], acc: _Accumulator, global_step: int) -> float:
@@ -719,6 +732,34 @@ class FSDPWorker:
             return None
         self._sync_state = {name: value for name, value in state.items() if name not in aliases}
         return state_dict_metas(self._sync_state)
+
+    def send_weights(self, bucket_bytes: int, metas: Sequence[TensorMeta]) -> int:
+        """One-rank trainer: read the live weights and broadcast them to engines receiving with ``metas``.
+
+        ``metas`` is the plan of an earlier sync, which the synchronizer keeps:
+        one call per sync instead of :meth:`gather_weights` then
+        :meth:`broadcast_weights`. Returns the bytes sent. Weights that no
+        longer match ``metas`` are not sent: the true plan's header goes out
+        (every receiver refuses it at once) and WeightSyncError names the first
+        tensor that differs.
+        """
+        from trinity.weight_transport import WeightSyncError
+
+        if self.world_size != 1:
+            raise RuntimeError(f"send_weights is the one-rank path; this trainer has {self.world_size} ranks")
+        if self._weight_sync is None:
+            raise RuntimeError("init_weight_sync was not called on trainer rank 0")
+        current = self.gather_weights()
+        assert current is not None
+        expected = list(metas)
+        if current != expected:
+            self._sync_state = None
+            self._weight_sync.refuse_plan(current, bucket_bytes)
+            raise WeightSyncError(
+                "the trainer's weights no longer match the plan of the first sync "
+                f"({_first_difference(expected, current)}); a run's weights cannot change names, shapes or dtypes"
+            )
+        return self.broadcast_weights(bucket_bytes)
 
     def _one_rank_state(self) -> dict[str, torch.Tensor]:
         """The live weights of a one-rank trainer in the export dtype, without the state-dict gather machinery."""

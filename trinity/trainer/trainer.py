@@ -40,7 +40,7 @@ from trinity.algorithm import (
 from trinity.common.config.plan.run import RunPlan
 from trinity.common.experience import Experience, make_batch
 from trinity.errors import EXIT_USAGE
-from trinity.monitor.keys import SAVE_SECONDS
+from trinity.monitor.keys import RANK_UPDATE_SECONDS, SAVE_SECONDS
 from trinity.trainer.batching import (
     Rows,
     batch_rows,
@@ -48,6 +48,8 @@ from trinity.trainer.batching import (
     expand_pairs,
     plan_micro_batches,
     rows_batch,
+    rows_from_wire,
+    rows_to_wire,
     shard_indices,
     take_rows,
 )
@@ -301,9 +303,10 @@ class FSDPTrainer:
         wanted.extend(plan.token_statistics)
         if wanted:
             forward = plan_micro_batches(lengths, trainer.forward, unit)
-            parts = self._per_rank(
-                "prepare", [(take_rows(rows, idx), wanted, cuts) for idx, cuts in zip(shards, forward, strict=True)]
-            )
+            parts = [rows_from_wire(part) for part in self._per_rank(
+                "prepare",
+                [(self._wire(take_rows(rows, idx)), wanted, cuts) for idx, cuts in zip(shards, forward, strict=True)],
+            )]
             for name in wanted:
                 merged = torch.zeros_like(rows["response_mask"])
                 for indices, part in zip(shards, parts, strict=True):
@@ -331,7 +334,7 @@ class FSDPTrainer:
         results = self._per_rank(
             "update",
             [
-                (take_rows(rows, idx), units, cuts, critic, step)
+                (self._wire(take_rows(rows, idx)), units, cuts, critic, step)
                 for idx, cuts, critic in zip(shards, actor_cuts, critic_cuts, strict=True)
             ],
         )
@@ -351,6 +354,7 @@ class FSDPTrainer:
             if source in metrics:
                 metrics[alias] = metrics[source]
         metrics["step_time_s"] = time.monotonic() - started
+        metrics[RANK_UPDATE_SECONDS] = float(max(part["seconds"] for part in results))
         interval = self.run.trainer.save_interval
         if interval > 0 and self.step % interval == 0:
             extra = checkpoint_extra() if callable(checkpoint_extra) else checkpoint_extra
@@ -547,6 +551,10 @@ class FSDPTrainer:
     def _on_all(self, method: str, *args: Any) -> list[Any]:
         """Call ``method(*args)`` on every rank at once and return the results, rank 0 first."""
         return self._per_rank(method, [args] * len(self.workers))
+
+    def _wire(self, rows: Rows) -> Rows | dict[str, Any]:
+        """Rows as sent to the ranks: as they are in process, else in :func:`rows_to_wire`'s form."""
+        return rows if self.in_process else rows_to_wire(rows)
 
     def _per_rank(self, method: str, args: Sequence[tuple[Any, ...]]) -> list[Any]:
         if self.in_process:

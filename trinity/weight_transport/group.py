@@ -315,6 +315,18 @@ class WeightSyncGroup:
         finally:
             stream.drain()
 
+    def refuse_plan(self, metas: Sequence[TensorMeta], bucket_bytes: int) -> None:
+        """Rank 0: broadcast only the header of ``metas``, the plan actually held, in place of a send.
+
+        Receivers waiting with other metas (a plan cached from an earlier sync)
+        see a header that is not theirs and raise at once, rather than waiting
+        for buckets that never come.
+        """
+        self._check_open()
+        if self.rank != 0:
+            raise WeightSyncError(f"only rank 0 broadcasts weights; this member is rank {self.rank}")
+        self._broadcast(plan_header(metas, plan_buckets(metas, bucket_bytes)).to(self.device))
+
     def _send(self, metas: Sequence[TensorMeta], bucket_bytes: int, flat: Callable[[int], torch.Tensor],
               packed: Callable[[int], None]) -> None:
         """Rank 0: broadcast the header and the buckets of ``metas``; ``flat(i)`` gives tensor ``i`` flattened,
