@@ -100,12 +100,13 @@ def take_rows(rows: Rows, indices: Sequence[int]) -> Rows:
 
 
 def rows_to_wire(rows: Rows) -> dict[str, Any]:
-    """Return ``rows`` for a call to a rank actor: numpy arrays where numpy has the dtype, tensors otherwise.
+    """Return ``rows`` for a call to a rank actor: CPU tensors of a numpy dtype as numpy arrays, others as they are.
 
     Ray sends numpy arrays as raw buffers, but pickles tensors' storage: on the
     quickstart's batch (300 KB) a call took about 3 ms instead of 6.
     """
-    return {name: (tensor.numpy() if tensor.dtype in _NUMPY_DTYPES else tensor) for name, tensor in rows.items()}
+    return {name: (tensor.numpy() if tensor.dtype in _NUMPY_DTYPES and tensor.device.type == "cpu" else tensor)
+            for name, tensor in rows.items()}
 
 
 def rows_from_wire(rows: dict[str, Any]) -> Rows:
