@@ -240,15 +240,14 @@ class TrainerStub:
         return 0
 
     def send_weights(self, bucket_bytes: int, metas: list[TensorMeta]) -> int:
-        """The one-call send of a known plan, as FSDPWorker.send_weights: a changed plan is refused."""
-        from trinity.weight_transport import WeightSyncError
-
+        """The one-call send of a known plan, as FSDPWorker.send_weights: a changed plan is refused by the group."""
         self.sends += 1
-        current = self.gather_weights()
-        if current != list(metas):
+        held = self.gather_weights()
+        try:
+            self.group.require_plan(metas, held, bucket_bytes)
+        except Exception:
             self._gathered = None
-            self.group.refuse_plan(current, bucket_bytes)
-            raise WeightSyncError("the trainer's weights no longer match the plan of the first sync")
+            raise
         return self.broadcast_weights(bucket_bytes)
 
     def save_sync_weights(self, folder: str, version: int) -> int:

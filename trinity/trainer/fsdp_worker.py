@@ -97,15 +97,6 @@ def _full_tensor(value: Any) -> torch.Tensor:
     return full() if callable(full) else value  # type: ignore[no-any-return]
 
 
-def _first_difference(expected: Sequence[TensorMeta], current: Sequence[TensorMeta]) -> str:
-    """Say where two weight plans part: the first tensor that differs, or their lengths."""
-    for index, (was, now) in enumerate(zip(expected, current, strict=False)):
-        if was != now:
-            return (f"tensor {index}: {was.name} {was.dtype}{list(was.shape)} is now "
-                    f"{now.name} {now.dtype}{list(now.shape)}")
-    return f"{len(expected)} tensors then, {len(current)} now"
-
-
 def _schedule(optimizer: OptimizerPlan, total_steps: int | None) -> Callable[[int], float]:
     def factor(step: int) -> float:
         return optimizer.factor(step, total_steps)
@@ -743,22 +734,17 @@ class FSDPWorker:
         (every receiver refuses it at once) and WeightSyncError names the first
         tensor that differs.
         """
-        from trinity.weight_transport import WeightSyncError
-
         if self.world_size != 1:
             raise RuntimeError(f"send_weights is the one-rank path; this trainer has {self.world_size} ranks")
         if self._weight_sync is None:
             raise RuntimeError("init_weight_sync was not called on trainer rank 0")
-        current = self.gather_weights()
-        assert current is not None
-        expected = list(metas)
-        if current != expected:
+        held = self.gather_weights()
+        assert held is not None
+        try:
+            self._weight_sync.require_plan(metas, held, bucket_bytes)
+        except Exception:
             self._sync_state = None
-            self._weight_sync.refuse_plan(current, bucket_bytes)
-            raise WeightSyncError(
-                "the trainer's weights no longer match the plan of the first sync "
-                f"({_first_difference(expected, current)}); a run's weights cannot change names, shapes or dtypes"
-            )
+            raise
         return self.broadcast_weights(bucket_bytes)
 
     def _one_rank_state(self) -> dict[str, torch.Tensor]:

@@ -110,6 +110,15 @@ class _TensorStream:
             pass
 
 
+def _first_difference(expected: Sequence[TensorMeta], held: Sequence[TensorMeta]) -> str:
+    """Say where two weight plans part: the first tensor that differs, or their lengths."""
+    for index, (was, now) in enumerate(zip(expected, held, strict=False)):
+        if was != now:
+            return (f"tensor {index}: {was.name} {was.dtype}{list(was.shape)} is now "
+                    f"{now.name} {now.dtype}{list(now.shape)}")
+    return f"{len(expected)} tensors then, {len(held)} now"
+
+
 def _give_up_key(group_name: str) -> str:
     """Return the store key that says the current sync of group ``group_name`` was given up."""
     return f"{group_name}/given-up"
@@ -315,27 +324,36 @@ class WeightSyncGroup:
         finally:
             stream.drain()
 
-    def refuse_plan(self, metas: Sequence[TensorMeta], bucket_bytes: int) -> None:
-        """Rank 0: broadcast only the header of ``metas``, the plan actually held, in place of a send.
+    def require_plan(self, expected: Sequence[TensorMeta], held: Sequence[TensorMeta], bucket_bytes: int) -> None:
+        """Rank 0, before a send to receivers waiting with ``expected`` (a plan kept from an earlier sync).
 
-        Receivers waiting with other metas (a plan cached from an earlier sync)
-        see a header that is not theirs and raise at once, rather than waiting
-        for buckets that never come.
+        When the weights ``held`` no longer match it, only their header is
+        broadcast (each receiver sees a header that is not theirs and raises at
+        once, rather than waiting for buckets that never come) and
+        WeightSyncError names the first tensor that differs.
         """
-        self._check_open()
-        if self.rank != 0:
-            raise WeightSyncError(f"only rank 0 broadcasts weights; this member is rank {self.rank}")
-        self._broadcast(plan_header(metas, plan_buckets(metas, bucket_bytes)).to(self.device))
+        if list(held) == list(expected):
+            return
+        self._send_header(held, bucket_bytes)
+        raise WeightSyncError(
+            f"the trainer's weights no longer match the plan of the first sync ({_first_difference(expected, held)}); "
+            "a run's weights cannot change names, shapes or dtypes"
+        )
 
-    def _send(self, metas: Sequence[TensorMeta], bucket_bytes: int, flat: Callable[[int], torch.Tensor],
-              packed: Callable[[int], None]) -> None:
-        """Rank 0: broadcast the header and the buckets of ``metas``; ``flat(i)`` gives tensor ``i`` flattened,
-        ``packed(b)`` is called once bucket ``b`` no longer needs its tensors."""
+    def _send_header(self, metas: Sequence[TensorMeta], bucket_bytes: int) -> list[Bucket]:
+        """Rank 0: broadcast the header of ``metas`` in buckets of ``bucket_bytes``; return the buckets."""
         self._check_open()
         if self.rank != 0:
             raise WeightSyncError(f"only rank 0 broadcasts weights; this member is rank {self.rank}")
         buckets = plan_buckets(metas, bucket_bytes)
         self._broadcast(plan_header(metas, buckets).to(self.device))
+        return buckets
+
+    def _send(self, metas: Sequence[TensorMeta], bucket_bytes: int, flat: Callable[[int], torch.Tensor],
+              packed: Callable[[int], None]) -> None:
+        """Rank 0: broadcast the header and the buckets of ``metas``; ``flat(i)`` gives tensor ``i`` flattened,
+        ``packed(b)`` is called once bucket ``b`` no longer needs its tensors."""
+        buckets = self._send_header(metas, bucket_bytes)
         largest = max((b.nbytes for b in buckets), default=0)
         if self._staging and self._staging[0].numel() < largest:
             self._staging = []
