@@ -1,8 +1,10 @@
-"""The ``hf`` inference engine: Hugging Face ``transformers`` generate on any torch device.
+"""The ``hf`` inference engine: Hugging Face ``transformers`` models sampled on any torch device.
 
 :class:`HFEngine` implements :class:`~trinity.common.models.engine.InferenceEngine`.
 It loads a model folder onto the device assigned to its process
-(:func:`trinity.device.assign_devices`, then :func:`trinity.device.torch_device`) and samples with ``model.generate``:
+(:func:`trinity.device.assign_devices`, then :func:`trinity.device.torch_device`) and samples with
+:func:`~trinity.common.models.decoding.decode` (each distinct prompt's forward pass runs once, however many
+samples it is asked for; models with another cache layout use ``model.generate``):
 prompts left-padded and left-truncated to ``max_prompt_tokens``, batches of at
 most ``max_batch_size`` rows, ``n`` completions per prompt, stopping at EOS
 (kept as the last response token) or at a stop string (matched in the
@@ -10,7 +12,7 @@ generated text only, never across the prompt; the tokens keep the string,
 ``Completion.text`` ends before it).
 
 Sampling is done by :class:`~trinity.common.models.sampling.LogprobRecorder`
-inside generate: temperature, then top-k, then top-p. The model folder's own
+inside the decode loop: temperature, then top-k, then top-p. The model folder's own
 ``generation_config`` defaults (repetition penalty, default top-k, ...) are
 *not* applied: rollouts sample exactly what :class:`SamplingParams` says.
 Log-probs (see :mod:`trinity.common.models.sampling`): ``Completion.logprobs``
@@ -55,6 +57,7 @@ import torch
 from trinity import device
 from trinity.common.models.checksum import state_dict_checksum
 from trinity.common.models.cohorts import COHORT_METHODS, Cohorts
+from trinity.common.models.decoding import decode, unsupported_reason
 from trinity.common.models.engine import Completion, SamplingParams
 from trinity.common.models.openai_api.serving import ServesOpenAI
 from trinity.common.models.prompting import TextPrompts
@@ -108,7 +111,7 @@ class _StopStrings:
         self.stop = tuple(stop)
         self.prompt_width = prompt_width
 
-    def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
+    def __call__(self, input_ids: torch.Tensor, scores: Any = None, **kwargs: Any) -> torch.Tensor:
         done = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
         for i, row in enumerate(input_ids[:, self.prompt_width :].tolist()):
             text = self.tokenizer.decode(row, skip_special_tokens=True)
@@ -208,6 +211,9 @@ class HFEngine(TextPrompts, ServesOpenAI):
         self._incoming = 0
         self._cohorts = Cohorts()
         self._sync_group: Any = None
+        #: The model :meth:`_decode_unsupported` last checked, and its answer.
+        self._decode_checked_for: Any = None
+        self._decode_reason: str | None = None
         device.manual_seed(seed)
         if openai_api is not None:
             self.start_openai_api(openai_api)
@@ -375,40 +381,21 @@ class HFEngine(TextPrompts, ServesOpenAI):
 
     @torch.no_grad()
     def _sample(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
-        """Run one generate call on ``prompts`` (at most ``max_batch_size``) and build their completions."""
-        from transformers import GenerationConfig, LogitsProcessorList
+        """Sample ``prompts`` (at most ``max_batch_size``) in one decode loop and build their completions.
 
-        width = max(len(p) for p in prompts)
-        input_ids = torch.full((len(prompts), width), self._pad_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for i, p in enumerate(prompts):
-            input_ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-            attention_mask[i, width - len(p) :] = 1
+        The loop is :func:`~trinity.common.models.decoding.decode` (one prefill
+        per distinct prompt); a model it cannot run uses transformers' generate.
+        """
         greedy = params.temperature <= 0
-        config = GenerationConfig(  # type: ignore[no-untyped-call]
-            max_new_tokens=params.max_tokens,
-            do_sample=not greedy,
-            temperature=1.0,
-            top_k=None if greedy else 0,  # None: no warning in greedy mode; 0: no default top-k when sampling
-            top_p=1.0,
-            repetition_penalty=1.0,
-            eos_token_id=sorted(self._eos_ids),
-            pad_token_id=self._pad_id,
-        )
         recorder = LogprobRecorder(params.temperature, params.top_k, params.top_p)
-        extra: dict[str, Any] = {}
-        if params.stop:
-            from transformers import StoppingCriteriaList
-
-            extra["stopping_criteria"] = StoppingCriteriaList([_StopStrings(self.tokenizer, params.stop, width)])
-        sequences = self.model.generate(
-            input_ids=input_ids.to(self.device),
-            attention_mask=attention_mask.to(self.device),
-            generation_config=config,
-            logits_processor=LogitsProcessorList([recorder]),
-            **extra,
-        )
-        generated = sequences[:, width:].cpu()
+        if self._decode_unsupported() is None:
+            generated = decode(
+                self.model, prompts, max_tokens=params.max_tokens, greedy=greedy, processor=recorder,
+                eos_ids=sorted(self._eos_ids), pad_id=self._pad_id,
+                stop=_StopStrings(self.tokenizer, params.stop, 0) if params.stop else None, device=self.device,
+            ).cpu()
+        else:
+            generated = self._generate(prompts, params, recorder)
         policy, sampling = recorder.finish(generated)
         out = []
         for i, prompt in enumerate(prompts):
@@ -428,6 +415,52 @@ class HFEngine(TextPrompts, ServesOpenAI):
                 )
             )
         return out
+
+    def _decode_unsupported(self) -> str | None:
+        """Why this engine's model cannot take the shared-prefix decode loop (None: it can); checked once per model."""
+        model = self.model
+        if self._decode_checked_for is not model:
+            self._decode_reason = unsupported_reason(model)
+            self._decode_checked_for = model
+            if self._decode_reason is not None:
+                logger.info("hf engine: sampling with transformers' generate: %s", self._decode_reason)
+        return self._decode_reason
+
+    def _generate(self, prompts: list[list[int]], params: SamplingParams, recorder: LogprobRecorder) -> torch.Tensor:
+        """Sample ``prompts`` with transformers' generate; return the ``[B, L]`` generated ids."""
+        from transformers import GenerationConfig, LogitsProcessorList
+
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((len(prompts), width), self._pad_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            input_ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            attention_mask[i, width - len(p) :] = 1
+        greedy = params.temperature <= 0
+        config = GenerationConfig(  # type: ignore[no-untyped-call]
+            max_new_tokens=params.max_tokens,
+            do_sample=not greedy,
+            temperature=1.0,
+            top_k=None if greedy else 0,  # None: no warning in greedy mode; 0: no default top-k when sampling
+            top_p=1.0,
+            repetition_penalty=1.0,
+            eos_token_id=sorted(self._eos_ids),
+            pad_token_id=self._pad_id,
+        )
+        extra: dict[str, Any] = {}
+        if params.stop:
+            from transformers import StoppingCriteriaList
+
+            extra["stopping_criteria"] = StoppingCriteriaList([_StopStrings(self.tokenizer, params.stop, width)])
+        sequences = self.model.generate(
+            input_ids=input_ids.to(self.device),
+            attention_mask=attention_mask.to(self.device),
+            generation_config=config,
+            logits_processor=LogitsProcessorList([recorder]),
+            **extra,
+        )
+        generated: torch.Tensor = sequences[:, width:].cpu()
+        return generated
 
     def _finish(self, tokens: torch.Tensor, stop: Sequence[str]) -> tuple[int, str, str]:
         """Return where a generated row ends (EOS included), why (``stop``/``length``) and its text.
