@@ -16,6 +16,7 @@ from tests.trainer.support import make_experiences, make_trainer_plan
 from trinity.algorithm import entropy_from_logits
 from trinity.common.experience import make_batch
 from trinity.trainer.batching import batch_rows
+from trinity.trainer.fsdp_worker import _checkpoint_in_eval
 from trinity.trainer.models import (
     _has_fused_adamw_kernel,
     accepts_logits_to_keep,
@@ -125,3 +126,61 @@ def test_packed_rows_give_the_padded_log_probs_and_train_the_same_step(trainer: 
     padded_step, packed_step = trainer.train_step(experiences), packing_trainer.train_step(experiences)
     for name in ("loss", "grad_norm", "entropy"):
         assert math.isclose(padded_step[name], packed_step[name], rel_tol=1e-4, abs_tol=1e-6), name
+
+
+@pytest.fixture(scope="module")
+def checkpointing_trainer(ray_local: Any, tiny_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    plan = make_trainer_plan(
+        tiny_path, tmp_path_factory.mktemp("recompute"), "grpo", world_size=1, micro_batch_size=8,
+        **{"algorithm.kl_loss_fn": "none",
+           "trainer.trainer_config.actor_rollout_ref.model.enable_gradient_checkpointing": True},
+    )
+    assert plan.trainer.gradient_checkpointing
+    trainer = FSDPTrainer(plan, world_size=1, in_process=True)
+    yield trainer
+    trainer.shutdown()
+
+
+def _layer_runs_in_forward_and_backward(worker: Any, rows: dict[str, torch.Tensor]) -> tuple[int, dict[str, Any]]:
+    """Count each decoder layer's MLP runs through one forward and backward; return the count and the grads.
+
+    The MLPs' ``forward`` is counted, not a module hook: torch's checkpoint runs no hooks when it recomputes.
+    """
+    runs = []
+    mlps = [module for name, module in worker.actor.named_modules() if name.endswith("mlp")]
+    for mlp in mlps:
+        def counted(*args: Any, _forward: Any = mlp.forward, **kwargs: Any) -> Any:
+            runs.append(1)
+            return _forward(*args, **kwargs)
+
+        mlp.forward = counted
+    try:
+        logprobs, _, _ = worker._token_logprobs(worker.actor, rows, False)
+        (logprobs * rows["response_mask"]).sum().backward()
+    finally:
+        for mlp in mlps:
+            del mlp.forward
+    grads = {n: p.grad.full_tensor().clone() for n, p in worker.actor.named_parameters() if p.grad is not None}
+    worker.optimizer.zero_grad(set_to_none=True)
+    return len(runs) // len(mlps), grads
+
+
+def test_gradient_checkpointing_recomputes_the_layers_and_keeps_the_gradients(checkpointing_trainer: Any) -> None:
+    """enable_gradient_checkpointing: the layers' activations are recomputed in backward, although the trainer
+    keeps its models in eval mode (transformers checkpoints only layers in training mode); dropout stays off."""
+    worker = checkpointing_trainer.workers[0]
+    rows = batch_rows(make_batch(make_experiences(groups=2, group_size=3, seed=5), checkpointing_trainer.pad_token_id))
+    recomputed_runs, recomputed = _layer_runs_in_forward_and_backward(worker, rows)
+    marked = [m for m in worker.actor.modules() if getattr(m, "gradient_checkpointing", False) is True]
+    for module in marked:  # eval mode throughout, as the trainer had it before: nothing is recomputed
+        module.training = False
+    try:
+        plain_runs, plain = _layer_runs_in_forward_and_backward(worker, rows)
+    finally:
+        assert _checkpoint_in_eval(worker.actor) == len(marked)
+    assert plain_runs == 1 and recomputed_runs == 2
+    assert plain.keys() == recomputed.keys() and plain
+    for name, grad in plain.items():
+        torch.testing.assert_close(recomputed[name], grad, rtol=1e-5, atol=1e-6)
+    attention = [m for n, m in worker.actor.named_modules() if n.endswith("self_attn")]
+    assert attention and not any(m.training for m in attention)

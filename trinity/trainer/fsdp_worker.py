@@ -131,6 +131,21 @@ def _enable_gradient_checkpointing(model: nn.Module) -> None:
         enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
+def _checkpoint_in_eval(model: nn.Module) -> int:
+    """Make the layers set to recompute their activations do so in eval mode; return how many layers that is.
+
+    transformers recomputes a layer only while the layer is in training mode,
+    and the trainer keeps its models in eval mode (no dropout). Only those
+    layers are marked training, not their children, so dropout stays off.
+    """
+    layers = 0
+    for module in model.modules():
+        if getattr(module, "gradient_checkpointing", False) is True:
+            module.training = True
+            layers += 1
+    return layers
+
+
 class FSDPWorker:
     """One trainer rank. Construct cheaply, then call :meth:`setup` on every rank concurrently."""
 
@@ -201,6 +216,8 @@ class FSDPWorker:
         self.actor = shard_model(actor, self.mesh, self.compute_dtype)
         self.actor.to(self.device)
         self.actor.eval()  # no dropout in RL fine-tuning; gradients still flow
+        if settings.gradient_checkpointing:
+            _checkpoint_in_eval(self.actor)
         self.optimizer, self.scheduler = self._optimizer(self.actor, settings.optimizer)
 
         self.reference: nn.Module | None = None
@@ -226,6 +243,8 @@ class FSDPWorker:
             self.critic = shard_model(critic, self.mesh, self.compute_dtype)
             self.critic.to(self.device)
             self.critic.eval()
+            if critic_plan.gradient_checkpointing:
+                _checkpoint_in_eval(self.critic)
             self.critic_optimizer, self.critic_scheduler = self._optimizer(self.critic, critic_plan.optimizer)
 
         head = logprobs_and_entropy
