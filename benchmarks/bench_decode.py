@@ -38,6 +38,20 @@ DEFAULT_OUT = REPO / "benchmarks" / "results" / "decode.json"
 TASKS = REPO / "examples" / "quickstart" / "tasks" / "train.jsonl"
 
 
+def _bench_vs_trl() -> Any:
+    """bench_vs_trl.py, loaded by its path (a ``benchmarks`` package elsewhere on the path may shadow this folder)."""
+    import importlib.util
+
+    module = sys.modules.get("bench_vs_trl")
+    if module is None:
+        spec = importlib.util.spec_from_file_location("bench_vs_trl", REPO / "benchmarks" / "bench_vs_trl.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # its dataclasses look their module up while being defined
+        spec.loader.exec_module(module)
+    return module
+
+
 def _prompts(engine: Any, count: int) -> list[list[int]]:
     """The first ``count`` quickstart tasks as chat-formatted prompt ids."""
     rows = [json.loads(line) for line in TASKS.read_text().splitlines() if line.strip()][:count]
@@ -49,13 +63,13 @@ def bench_model(name: str, workdir: Path, rounds: int) -> dict[str, Any]:
     """Time both loops on one of bench_vs_trl's models; return the figures."""
     import torch
 
-    from benchmarks.bench_vs_trl import SETUPS, _build_model
     from trinity.common.models.engine import SamplingParams
     from trinity.common.models.hf_engine import HFEngine
     from trinity.common.models.sampling import LogprobRecorder
 
-    setup = SETUPS[name]
-    path, params = _build_model(setup, workdir)
+    bench_vs_trl = _bench_vs_trl()
+    setup = bench_vs_trl.SETUPS[name]
+    path, params = bench_vs_trl._build_model(setup, workdir)
     engine = HFEngine(str(path), torch_threads=1, max_batch_size=setup.prompts * setup.group)
     prompts = [p for p in _prompts(engine, setup.prompts) for _ in range(setup.group)]
     sampling = SamplingParams(temperature=1.0, max_tokens=setup.max_new_tokens)
@@ -97,10 +111,9 @@ def bench_model(name: str, workdir: Path, rounds: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark, print the table and write the JSON."""
-    from benchmarks.bench_vs_trl import SETUPS
-
+    setups = _bench_vs_trl().SETUPS
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--models", nargs="+", choices=sorted(SETUPS), default=["quickstart", "5m", "40m"])
+    parser.add_argument("--models", nargs="+", choices=sorted(setups), default=["quickstart", "5m", "40m"])
     parser.add_argument("--rounds", type=int, default=5, help="timed calls per loop and model (default 5)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from trinity.common.models import decoding
 from trinity.common.models.decoding import _growing_cache, decode, unsupported_reason
 from trinity.common.models.engine import SamplingParams
 from trinity.common.models.hf_engine import HFEngine
@@ -75,6 +76,15 @@ def test_finished_rows_are_padded_and_the_loop_stops_when_all_are_done(shared_en
         assert all(t == shared_engine._pad_id for t in row[cut + 1 :])
 
 
+def test_decoding_past_the_caches_first_room_draws_what_generate_draws(
+    shared_engine: HFEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(decoding, "FIRST_ROOM", 3)  # the cache grows twice within 20 tokens
+    ours, theirs = _both(shared_engine, _rows(shared_engine, 2), SamplingParams(temperature=1.0, max_tokens=20))
+    assert ours[0].shape[1] > 3 and torch.equal(ours[0], theirs[0])
+    torch.testing.assert_close(ours[1], theirs[1], atol=2e-5, rtol=1e-5)
+
+
 def test_each_distinct_prompt_is_prefilled_once(shared_engine: HFEngine) -> None:
     shapes: list[tuple[int, ...]] = []
     embed = shared_engine.model.get_input_embeddings()
@@ -91,13 +101,16 @@ def test_each_distinct_prompt_is_prefilled_once(shared_engine: HFEngine) -> None
 
 
 def test_the_growing_cache_keeps_every_position_past_its_first_room() -> None:
-    cache = _growing_cache(2)
+    cache = _growing_cache(2, limit=5)
     steps = [torch.randn(3, 2, 1, 4) for _ in range(5)]
+    rooms = []
     for k in steps:
         keys, values = cache.update(k, -k, 0)
+        rooms.append(cache.layers[0]._keys.shape[2])
     expected = torch.cat(steps, dim=2)
     assert torch.equal(keys, expected) and torch.equal(values, -expected)
     assert cache.get_seq_length() == 5
+    assert rooms == [2, 2, 4, 4, 5]  # doubled, but never past the limit
     cache.layers[0].take_rows(torch.tensor([2, 2, 0, 1]))
     assert torch.equal(cache.layers[0].keys, expected[[2, 2, 0, 1]])
 

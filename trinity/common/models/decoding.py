@@ -7,8 +7,8 @@ copied to every row that shares the prompt, and decoding goes on for all rows
 together. The prompt's keys and values do not depend on the sample, so every
 row sees exactly what a separate prefill would have given it.
 
-The cache (:class:`_GrowingCache`) writes each step's keys and values into
-room allocated up front instead of concatenating the whole history every
+The cache writes each step's keys and values into room it allocated
+ahead (doubled when full) instead of concatenating the whole history every
 step. Sampling, the end of a row (EOS, stop strings, ``max_tokens``) and the
 padding of finished rows follow ``generate``'s rules, so a seeded request
 draws the same tokens either way.
@@ -30,6 +30,10 @@ import torch
 StopCheck = Callable[[torch.Tensor], torch.Tensor]
 #: Called before sampling with the ``[B, 1]`` previous tokens and the ``[B, V]`` logits; returns the scores.
 ScoreProcessor = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+#: New tokens the cache has room for before its first doubling.
+FIRST_ROOM = 128
 
 
 def _cache_argument(model: torch.nn.Module) -> str | None:
@@ -68,9 +72,14 @@ def _growing_layer_class() -> type:
     from transformers.cache_utils import DynamicLayer
 
     class GrowingLayer(DynamicLayer):  # type: ignore[misc,no-untyped-call]
-        """A full-attention cache layer with room allocated ahead (doubled when full), rows copyable per prompt."""
+        """A full-attention cache layer with room allocated ahead, rows copyable per prompt.
+
+        It starts with ``capacity`` positions and doubles when full, never
+        past ``limit`` (the longest a row can get) unless asked for more.
+        """
 
         capacity = 0
+        limit = 0
 
         def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor, *rest: Any) -> None:
             rows, heads, _, width = key_states.shape
@@ -106,7 +115,7 @@ def _growing_layer_class() -> type:
                 self.lazy_initialization(key_states, value_states)
             end = self._length + key_states.shape[-2]
             if end > self._keys.shape[2]:
-                self._grow(None, max(end, 2 * self._keys.shape[2]))
+                self._grow(None, max(end, min(2 * self._keys.shape[2], self.limit)))
             self._keys[:, :, self._length : end] = key_states
             self._values[:, :, self._length : end] = value_states
             self._length = end
@@ -116,11 +125,12 @@ def _growing_layer_class() -> type:
     return GrowingLayer
 
 
-def _growing_cache(capacity: int) -> Any:
-    """Return an empty cache whose layers hold ``capacity`` positions before they grow."""
+def _growing_cache(capacity: int, limit: int = 0) -> Any:
+    """Return an empty cache whose layers hold ``capacity`` positions, then double up to ``limit``."""
     from transformers.cache_utils import Cache, DynamicCache
 
-    layer = type("GrowingLayerOf", (_growing_layer_class(),), {"capacity": max(1, capacity)})
+    capacity = max(1, capacity)
+    layer = type("GrowingLayerOf", (_growing_layer_class(),), {"capacity": capacity, "limit": max(capacity, limit)})
 
     class GrowingCache(DynamicCache):  # type: ignore[misc]
         def __init__(self) -> None:
@@ -167,7 +177,8 @@ def decode(
     ids, mask = ids.to(device), mask.to(device)
     rows = torch.tensor(owner, dtype=torch.long, device=device)
 
-    cache = _growing_cache(width + max_tokens)
+    # rows often end long before max_tokens: room for the first tokens, doubled as decoding goes on
+    cache = _growing_cache(width + min(max_tokens, FIRST_ROOM), width + max_tokens)
     cache_arg = _cache_argument(model)
     if cache_arg is None:
         raise ValueError(f"decode: {unsupported_reason(model)}")
