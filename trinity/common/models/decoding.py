@@ -139,6 +139,17 @@ def _growing_cache(capacity: int, limit: int = 0) -> Any:
     return GrowingCache()
 
 
+def left_padded(prompts: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return ``prompts`` as ``[B, W]`` left-padded ids and their attention mask (W: the longest prompt)."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+        mask[i, width - len(p) :] = 1
+    return ids, mask
+
+
 def _positions(mask: torch.Tensor) -> torch.Tensor:
     """Position ids of left-padded rows (``generate``'s: padding positions read 1)."""
     return (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)
@@ -168,12 +179,8 @@ def decode(
     distinct: dict[tuple[int, ...], int] = {}
     owner = [distinct.setdefault(tuple(int(t) for t in p), len(distinct)) for p in prompts]
     firsts = list(distinct)
-    width = max(len(p) for p in firsts)
-    ids = torch.full((len(firsts), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(firsts), width), dtype=torch.long)
-    for i, p in enumerate(firsts):
-        ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-        mask[i, width - len(p) :] = 1
+    ids, mask = left_padded(firsts, pad_id)
+    width = ids.shape[1]
     ids, mask = ids.to(device), mask.to(device)
     rows = torch.tensor(owner, dtype=torch.long, device=device)
 

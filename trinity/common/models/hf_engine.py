@@ -57,7 +57,7 @@ import torch
 from trinity import device
 from trinity.common.models.checksum import state_dict_checksum
 from trinity.common.models.cohorts import COHORT_METHODS, Cohorts
-from trinity.common.models.decoding import decode, unsupported_reason
+from trinity.common.models.decoding import decode, left_padded, unsupported_reason
 from trinity.common.models.engine import Completion, SamplingParams
 from trinity.common.models.openai_api.serving import ServesOpenAI
 from trinity.common.models.prompting import TextPrompts
@@ -430,12 +430,8 @@ class HFEngine(TextPrompts, ServesOpenAI):
         """Sample ``prompts`` with transformers' generate; return the ``[B, L]`` generated ids."""
         from transformers import GenerationConfig, LogitsProcessorList
 
-        width = max(len(p) for p in prompts)
-        input_ids = torch.full((len(prompts), width), self._pad_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for i, p in enumerate(prompts):
-            input_ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-            attention_mask[i, width - len(p) :] = 1
+        input_ids, attention_mask = left_padded(prompts, self._pad_id)
+        width = input_ids.shape[1]
         greedy = params.temperature <= 0
         config = GenerationConfig(  # type: ignore[no-untyped-call]
             max_new_tokens=params.max_tokens,
