@@ -47,6 +47,8 @@ TARGETS = ("driver", *ACTOR_TITLES)
 MAX_RUNS = 8
 #: Seconds between two looks at the processes under each driver.
 WATCH_S = 0.5
+#: Seconds a run that ended by itself gives its processes to end before they count as left running.
+REAP_GRACE_S = 10.0
 
 
 class ChaosError(AssertionError):
@@ -65,8 +67,8 @@ class Run:
     tree: dict[int, float] = field(default_factory=dict)
     #: Targets killed in this run, in order.
     killed: list[str] = field(default_factory=list)
-    #: Pids still running after the driver ended (the harness killed them).
-    left: list[int] = field(default_factory=list)
+    #: Processes (pid and command line) still running after the driver ended (the harness killed them).
+    left: list[str] = field(default_factory=list)
 
     @property
     def text(self) -> str:
@@ -309,17 +311,34 @@ class Job:
         run.process.wait(30)
         self.reap()
 
-    def reap(self) -> list[int]:
-        """SIGKILL what the ended current run left running (seen under its driver, same start time); return them."""
+    def reap(self, grace_s: float = 0.0) -> list[str]:
+        """SIGKILL what the ended current run left running (seen under its driver, same start time); return them.
+
+        Processes still shutting down get ``grace_s`` seconds to end by
+        themselves first (a run that ended on its own: Ray reaps its workers
+        after the driver returns). Each one killed is named by pid and command line.
+        """
+        deadline = time.monotonic() + grace_s
+        while True:
+            alive = []
+            for pid, started in sorted(self.current.tree.items()):
+                try:
+                    process = psutil.Process(pid)
+                    if process.create_time() == started and process.status() != psutil.STATUS_ZOMBIE:
+                        alive.append(process)
+                except psutil.Error:
+                    continue
+            if not alive or time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)
         left = []
-        for pid, started in sorted(self.current.tree.items()):
+        for process in alive:
             try:
-                process = psutil.Process(pid)
-                if process.create_time() == started and process.status() != psutil.STATUS_ZOMBIE:
-                    process.kill()
-                    left.append(pid)
+                command = " ".join(process.cmdline())[:160]
+                process.kill()
             except psutil.Error:
                 continue
+            left.append(f"{process.pid} ({command})")
         self.current.tree.clear()
         self.current.left.extend(left)
         return left
@@ -360,7 +379,7 @@ def drive(
                     job.watch()
                 code = job.current.returncode
                 if code is not None:
-                    job.reap()
+                    job.reap(grace_s=REAP_GRACE_S)
                     armed.pop(job, None)
                     if code == 0:
                         if points:
