@@ -29,7 +29,7 @@ from trinity.trainer.trainer import FSDPTrainer
 @pytest.fixture(scope="module")
 def trainer(ray_local: Any, tiny_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
     plan = make_trainer_plan(tiny_path, tmp_path_factory.mktemp("window"), "grpo", world_size=1, micro_batch_size=8,
-                             **{"algorithm.kl_loss_fn": "none"})
+                             **{"algorithm.kl_loss_fn": "none", "trainer.share_prompt_prefix": False})
     trainer = FSDPTrainer(plan, world_size=1, in_process=True)
     yield trainer
     trainer.shutdown()
@@ -101,7 +101,7 @@ def test_a_one_rank_sync_sends_the_weights_the_full_gather_gives(trainer: Any) -
 @pytest.fixture(scope="module")
 def packing_trainer(ray_local: Any, tiny_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
     plan = make_trainer_plan(tiny_path, tmp_path_factory.mktemp("packed"), "grpo", world_size=1, micro_batch_size=8,
-                             **{"algorithm.kl_loss_fn": "none",
+                             **{"algorithm.kl_loss_fn": "none", "trainer.share_prompt_prefix": False,
                                 "trainer.trainer_config.actor_rollout_ref.model.use_remove_padding": True})
     assert plan.trainer.pack_sequences
     trainer = FSDPTrainer(plan, world_size=1, in_process=True)

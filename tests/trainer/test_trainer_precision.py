@@ -14,6 +14,7 @@ from tests.trainer.support import make_trainer_plan, tiny_model
 from trinity.common.config import ConfigError
 from trinity.common.config.validator import resolve_layout
 from trinity.device import UnsupportedDtypeError, current_backend
+from trinity.trainer import shared_prefix
 from trinity.trainer.fsdp_worker import FSDPWorker
 
 
@@ -53,7 +54,8 @@ def test_on_the_cpu_auto_is_float32_with_sdpa(model: Path, tmp_path: Path) -> No
     assert plan.trainer.dtype == "auto"
     for worker in _setup(FSDPWorker(plan, 0, 1)):
         assert (worker.dtype_name, worker.compute_dtype, worker.attention) == ("float32", torch.float32, "sdpa")
-        assert worker.actor.config._attn_implementation == "sdpa"
+        # sdpa, wrapped to run shared prompt prefixes when a micro-batch has them
+        assert worker.actor.config._attn_implementation == shared_prefix.ATTENTION_NAME
         assert set(_compute_dtypes(worker.actor)) == {torch.float32}
 
 

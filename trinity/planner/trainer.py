@@ -148,4 +148,5 @@ def resolve_trainer(
         temperature=temperature,
         critic=critic,
         pack_sequences=bool(verl.get("actor.use_remove_padding", False)),
+        share_prompt_prefix=bool(trainer.share_prompt_prefix),
     )

@@ -43,6 +43,7 @@ from trinity.algorithm import (
 from trinity.common.config.plan.run import RunPlan
 from trinity.common.config.plan.trainer import OptimizerPlan
 from trinity.common.models.checksum import state_dict_checksum, tied_alias_sources
+from trinity.trainer import shared_prefix
 from trinity.trainer.batching import Rows, count_units, row_count, rows_from_wire, rows_to_wire, slice_rows
 from trinity.trainer.checkpoint import CheckpointDir, read_state
 from trinity.trainer.models import (
@@ -172,6 +173,11 @@ class FSDPWorker:
         self._stream_entries: list[tuple[str, torch.Tensor]] | None = None
         self._stream_metas: list[TensorMeta] = []
         self._weight_sync: Any = None
+        #: Models (by id) whose micro-batches run their shared prompt prefixes once.
+        self._shares_prefix: set[int] = set()
+        #: The shared-prefix layout of the logits :meth:`_token_logprobs` returned last (None: another layout).
+        self._logits_layout: shared_prefix.SharedPrefixLayout | None = None
+        self._told_sharing = False
         self._ready = False
         #: This rank's device on its node (claimed, or Ray's), masked before the device runtime starts.
         self.devices = trinity.device.assign_devices(1, make_current=False)
@@ -247,6 +253,13 @@ class FSDPWorker:
                 _checkpoint_in_eval(self.critic)
             self.critic_optimizer, self.critic_scheduler = self._optimizer(self.critic, critic_plan.optimizer)
 
+        for name, model in (("actor", self.actor), ("reference model", self.reference)):
+            if model is not None and settings.share_prompt_prefix:
+                why = shared_prefix.try_enable(model, self.device)
+                if why is None:
+                    self._shares_prefix.add(id(model))
+                elif self.rank == 0:
+                    logger.info("trainer: the %s runs every row's prompt (no shared prefixes): %s", name, why)
         head = logprobs_and_entropy
         self._head: Callable[..., tuple[torch.Tensor, torch.Tensor | None]] = (
             torch.compile(head, dynamic=True) if self.use_torch_compile else head
@@ -441,6 +454,11 @@ class FSDPWorker:
         With ``pack_sequences`` the rows run unpadded, end to end in one
         sequence (:meth:`_packed_token_logprobs`).
         """
+        self._logits_layout = None
+        if id(model) in self._shares_prefix:
+            layout = shared_prefix.shared_prefix_layout(mb["input_ids"], mb["attention_mask"], mb["response_mask"])
+            if layout is not None:
+                return self._shared_prefix_token_logprobs(model, mb, layout, with_entropy)
         if self.settings.pack_sequences:
             return self._packed_token_logprobs(model, mb, with_entropy)
         ids = mb["input_ids"]
@@ -480,6 +498,29 @@ class FSDPWorker:
             entropy[predicted] = flat_entropy[0, source]
         return logprobs, entropy, logits
 
+    def _shared_prefix_token_logprobs(self, model: nn.Module, mb: Rows, layout: shared_prefix.SharedPrefixLayout,
+                                      with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """As :meth:`_token_logprobs`, with each distinct prompt prefix run once (:mod:`.shared_prefix`).
+
+        The logits returned are the kept ones (``[1, K, V]``); ``_logits_layout`` says where each came from.
+        """
+        layout = layout.to(self.device)
+        if not self._told_sharing and self.rank == 0:
+            self._told_sharing = True
+            logger.info("trainer: shared prompt prefixes: %d rows in %d prefix groups run %d tokens instead of %d",
+                        layout.rows, layout.groups, layout.tokens, int(mb["attention_mask"].sum()))
+        flat_logprobs, flat_entropy, logits = shared_prefix.token_logprobs(model, layout, self.temperature,
+                                                                          with_entropy)
+        self._logits_layout = layout
+        shape = tuple(mb["response_mask"].shape)
+        logprobs = flat_logprobs.new_zeros(shape)
+        logprobs[layout.predicted] = flat_logprobs
+        entropy = None
+        if flat_entropy is not None:
+            entropy = flat_entropy.new_zeros(shape)
+            entropy[layout.predicted] = flat_entropy
+        return logprobs, entropy, logits
+
     def _per_token(self, logits: torch.Tensor, mb: Rows, statistic: Callable[[torch.Tensor], torch.Tensor]
                    ) -> torch.Tensor:
         """Return ``[B, T-1]`` float32 ``statistic`` of each predicted distribution (``logits / temperature``),
@@ -489,6 +530,9 @@ class FSDPWorker:
             scaled = scaled / self.temperature
         rows, width = mb["input_ids"].shape
         out = torch.zeros((rows, width - 1), dtype=torch.float32, device=scaled.device)
+        if self._logits_layout is not None:
+            out[self._logits_layout.predicted] = statistic(scaled[0])[self._logits_layout.source].float()
+            return out
         if self.settings.pack_sequences:
             layout = packed_layout(mb["attention_mask"])
             out[layout.predicted] = statistic(scaled[0, :-1])[layout.source].float()
@@ -504,6 +548,10 @@ class FSDPWorker:
             scaled = logits.detach()
             if self.temperature != 1.0:
                 scaled = scaled / self.temperature
+            if self._logits_layout is not None:
+                shared = self._logits_layout
+                values = entropy_from_logits(scaled[0])[shared.source]
+                return float(aggregate(values.unsqueeze(0), mask[shared.predicted].unsqueeze(0), "token-mean"))
             if self.settings.pack_sequences:
                 layout = packed_layout(mb["attention_mask"])
                 values = entropy_from_logits(scaled[0, :-1])[layout.source]

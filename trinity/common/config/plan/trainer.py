@@ -143,3 +143,5 @@ class TrainerPlan:
     #: Run the actor's (and reference's) micro-batches unpadded, the rows end to end in one sequence
     #: (veRL ``actor_rollout_ref.model.use_remove_padding``).
     pack_sequences: bool = False
+    #: Run each micro-batch's distinct prompt prefixes once (:mod:`trinity.trainer.shared_prefix`).
+    share_prompt_prefix: bool = True

@@ -55,3 +55,6 @@ class TrainerConfig:
     save_on_stop: bool = False
     #: (trinity-rft) ``torch.compile`` the model; None: what the device backend supports.
     use_torch_compile: bool | None = None
+    #: (trinity-rft) Run the tokens rows share up to their first trained one (a group's prompt) once per
+    #: micro-batch instead of once per row; false: every row runs its own prompt.
+    share_prompt_prefix: bool = True
