@@ -48,6 +48,8 @@ def test_both_on_one_bundle_runs_colocated_and_the_engine_serves_each_steps_weig
     assert [r["step"] for r in train] == [1, 2, 3]
     for record in train:  # the engine holds the trainer's weights after every handover
         assert record["metrics"]["sync/checksum_match"] == 1.0
+        # written by the trainer rank within its step's call: the serial loop's sync makes no call of its own
+        assert record["metrics"]["sync/written_in_step"] == 1.0
         assert record["metrics"]["loss"] == record["metrics"]["loss"]
     chosen = json.loads((run_dir / "device.json").read_text())
     actors = {a["role"]: a for a in chosen["actors"]}

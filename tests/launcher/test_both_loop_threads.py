@@ -138,7 +138,8 @@ def _loop(parts: Parts, monkeypatch: pytest.MonkeyPatch, *, strategy: Any = None
     policy = SyncPolicy(interval=settings["interval"], offset=settings["offset"])
     return BothLoop(SimpleNamespace(plan=plan), tasks=parts, trainer=trainer_proxy, engines=[],
                     pipeline=pipeline or parts, strategy=strategy or parts,
-                    sync=SimpleNamespace(policy=policy, sync=parts.sync), scheduler=parts,
+                    sync=SimpleNamespace(policy=policy, sync=parts.sync, publish_target=lambda version: None),
+                    scheduler=parts,
                     monitor=SimpleNamespace(log=lambda *a, **k: None), storage=storage)
 
 

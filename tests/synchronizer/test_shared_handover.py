@@ -186,6 +186,55 @@ def test_the_synchronizer_hands_the_trainer_ranks_weights_to_the_engine(tiny_pat
     assert not shm.exists(), "closing the synchronizer removes the shared file"
 
 
+def test_a_step_that_writes_the_weights_leaves_the_sync_no_call_to_make(
+    ray_local: Any, tiny_path: Path, tmp_path: Path, shm: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.trainer.support import make_experiences
+    from trinity.trainer.trainer import FSDPTrainer
+
+    plan = make_trainer_plan(tiny_path, tmp_path, world_size=1, **{"algorithm.optimizer.lr": 1e-2})
+    trainer = FSDPTrainer(plan, world_size=1, in_process=True)
+    served = engine(tiny_path)
+    sync = Synchronizer(SyncMethod("shared"), trainer, [served], plan.sync, shared_path=shm)
+    try:
+        rank = trainer.workers[0]
+        before = rank.state_dict_checksum()
+        target = sync.publish_target(1)
+        assert target == (str(shm), 1)
+        trainer.train_step(make_experiences(groups=2, group_size=3, seed=4), publish=target)
+        assert trainer.last_publication is not None
+        path, _, nbytes, seconds = trainer.last_publication
+        assert path == str(shm) and nbytes == shm.stat().st_size and seconds > 0
+        sync.note_published(1, trainer.last_publication)
+
+        def no_call(*args: Any) -> None:
+            raise AssertionError("the sync called the trainer rank")
+
+        with monkeypatch.context() as patched:
+            patched.setattr(rank, "publish_shared_weights", no_call)
+            report = sync.sync(1)
+        assert report.written_in_step and report.seconds >= seconds and report.bytes == nbytes
+        assert served.model_version() == 1
+        assert served.state_dict_checksum() == rank.state_dict_checksum() != before
+        # a sync of a version the step did not write asks the rank, as before
+        trainer.train_step(make_experiences(groups=2, group_size=3, seed=5))
+        report = sync.sync(2)
+        assert not report.written_in_step and served.model_version() == 2
+        assert served.state_dict_checksum() == rank.state_dict_checksum()
+    finally:
+        sync.close()
+        served.shutdown()
+        trainer.shutdown()
+
+
+def test_only_the_shared_method_takes_weights_within_the_step(tiny_path: Path, tmp_path: Path) -> None:
+    plan = make_trainer_plan(tiny_path, tmp_path, world_size=1)
+    online = Synchronizer(SyncMethod("collective"), [object()], [], plan.sync)
+    assert online.publish_target(1) is None
+    two_ranks = Synchronizer(SyncMethod("shared"), [object(), object()], [], plan.sync, shared_path=tmp_path / "w")
+    assert two_ranks.publish_target(1) is None
+
+
 def test_a_full_dev_shm_sends_the_file_to_the_temporary_folder_or_stops_with_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

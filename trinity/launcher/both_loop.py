@@ -466,9 +466,28 @@ class BothLoop:
         if self.plan.explorer.rollout.sleep_mode:  # colocated: the engine hands the device to the trainer
             with self.engine_lock:  # between rollout batches; the next use (the sync's load) wakes it
                 self._call_engines("sleep")
-        metrics: dict[str, float] = self.trainer.train_step(experiences, checkpoint_extra=self.checkpoint_state)
+        version = self.trainer.step + 1
+        publish = self._publish_target(version)
+        if publish is None:
+            metrics: dict[str, float] = self.trainer.train_step(experiences, checkpoint_extra=self.checkpoint_state)
+        else:
+            metrics = self.trainer.train_step(experiences, checkpoint_extra=self.checkpoint_state, publish=publish)
+            if self.trainer.last_publication is not None:
+                self.sync.note_published(version, self.trainer.last_publication)
         self.clock.add_training(started, time.monotonic(), float(metrics.get(SAVE_SECONDS, 0.0)))
         return metrics
+
+    def _publish_target(self, version: int) -> tuple[str, int] | None:
+        """Where the trainer writes ``version``'s weights within its step, when the sync after it allows that.
+
+        Only the serial loop (``sync_offset: 0``): no rollout runs between the
+        step and its sync there, so an engine reading the shared file cannot
+        take the new weights before the sync hands them over.
+        """
+        if self.plan.sync.offset != 0 or self.style == "explorer_driven" or not self.sync.policy.should_sync(version):
+            return None
+        target: tuple[str, int] | None = self.sync.publish_target(version)
+        return target
 
     def _call_engines(self, method: str) -> None:
         """Call ``method`` on every rollout engine (Ray actors or in-process); a dead one is left to the sync.

@@ -39,7 +39,10 @@ Methods:
 * ``shared`` (mode colocate on a host-memory device): the one trainer rank
   writes its live weights into a memory-mapped file
   (:mod:`~trinity.weight_transport.shared_file`) that the engine mapped at
-  the first sync; one call per sync, nothing sent to the engine.
+  the first sync; one call per sync, nothing sent to the engine. In the
+  serial loop the rank writes them at the end of the training step's own
+  call instead (``train_step(publish=sync.publish_target(version))``, then
+  :meth:`Synchronizer.note_published`): the sync then makes no call at all.
 
 Every sync is bounded by ``synchronizer.sync_timeout``; running past it
 raises :class:`SyncTimeoutError`, one line naming the method, version and
@@ -95,6 +98,8 @@ class SyncReport:
     #: Time spent building the weight-sync group (first online sync only; else 0).
     setup_seconds: float = 0.0
     engines: int = 0
+    #: The trainer wrote the weights within its training step's call (the shared method in the serial loop).
+    written_in_step: bool = False
 
     def metrics(self) -> dict[str, float]:
         """Return the report as monitor metrics (``sync/...``)."""
@@ -105,6 +110,7 @@ class SyncReport:
             "sync/transfer_seconds": self.transfer_seconds,
             "sync/setup_seconds": self.setup_seconds,
             "sync/version": float(self.version),
+            "sync/written_in_step": float(self.written_in_step),
         }
 
 
@@ -221,6 +227,8 @@ class Synchronizer:
             raise ValueError("the shared sync method needs the shared file's path (see default_shared_path)")
         #: Engines (by index) that mapped the shared file.
         self._attached: set[int] = set()
+        #: ``(version, (path, metas, bytes, seconds))`` the trainer wrote into the shared file within its step.
+        self._published: tuple[int, tuple[str, list[TensorMeta], int, float]] | None = None
         self.group_name = group_name
         self.policy = SyncPolicy.from_config(self.config)
         self.bucket_bytes = int(self.config.bucket_size_mb) << 20
@@ -232,6 +240,18 @@ class Synchronizer:
         #: The one-rank trainer's weight plan, read at the first sync: later syncs send without asking for it.
         self._metas: list[TensorMeta] | None = None
         self.last_report: SyncReport | None = None
+
+    def publish_target(self, version: int) -> tuple[str, int] | None:
+        """Return ``(path, version)`` for a one-rank trainer to write its weights into within its step (the
+        shared method), or None when this method cannot take weights that way."""
+        if self.method.kind != "shared" or self.shared_path is None or len(self.trainer_ranks) != 1:
+            return None
+        return str(self.shared_path), version
+
+    def note_published(self, version: int, publication: tuple[str, list[TensorMeta], int, float]) -> None:
+        """Record that the trainer wrote ``version`` into the shared file (``(path, metas, bytes, seconds)``):
+        the sync of that version makes no call to the trainer."""
+        self._published = (version, publication)
 
     def replace_engine(self, index: int, engine: Any) -> None:
         """Sync ``engine`` in place of engine ``index`` from the next sync on (a fresh engine replacing a dead one).
@@ -339,6 +359,9 @@ class Synchronizer:
                 method=str(self.method), version=version, seconds=0.0, bytes=0, gather_seconds=0.0, transfer_seconds=0.0
             )
         if self.method.kind == "shared":
+            published, self._published = self._published, None
+            if published is not None and published[0] == version:
+                return self._sync_written_in_step(version, started, published[1])
             return self._report(self._sync_shared(version, started), version, started, started, 0.0)
         setup_seconds = self._setup(started) if self.method.kind == "collective" else 0.0
         deadline = started + self.config.timeout
@@ -403,6 +426,14 @@ class Synchronizer:
         self._calls.wait([sending, *receiving], deadline, "broadcasting the weights to the engines")
         return self._report(metas_bytes(metas), version, started, transfer_started, setup_seconds)
 
+    def _sync_written_in_step(self, version: int, started: float,
+                              publication: tuple[str, list[TensorMeta], int, float]) -> SyncReport:
+        """The shared method, the trainer having written ``version`` within its step (``(path, metas, bytes,
+        seconds)``): map the file where no engine has; the write's seconds count as the sync's, the step's call not."""
+        path, metas, nbytes, seconds = publication
+        self._attach(path, metas, started + self.config.timeout)
+        return self._report(nbytes, version, started - seconds, started - seconds, 0.0, written_in_step=True)
+
     def _sync_shared(self, version: int, started: float) -> int:
         """Write the weights into the shared file; let engines that have not mapped it map it; return its bytes."""
         assert self.shared_path is not None
@@ -413,6 +444,11 @@ class Synchronizer:
             deadline,
             f"writing the weights into {path}",
         )[0]
+        self._attach(path, metas, deadline)
+        return int(nbytes)
+
+    def _attach(self, path: str, metas: list[TensorMeta], deadline: float) -> None:
+        """Let the engines that have not mapped the shared file ``path`` map it."""
         fresh = [index for index in range(len(self.engines)) if index not in self._attached]
         if fresh:
             self._calls.wait(
@@ -421,10 +457,9 @@ class Synchronizer:
                 f"engines mapping {path}",
             )
             self._attached.update(fresh)
-        return int(nbytes)
 
     def _report(self, nbytes: int, version: int, started: float, transfer_started: float, setup_seconds: float,
-                *, gather_seconds: float = 0.0) -> SyncReport:
+                *, gather_seconds: float = 0.0, written_in_step: bool = False) -> SyncReport:
         finished = time.monotonic()
         report = SyncReport(
             method=str(self.method),
@@ -435,6 +470,7 @@ class Synchronizer:
             transfer_seconds=finished - transfer_started,
             setup_seconds=setup_seconds,
             engines=len(self.engines),
+            written_in_step=written_in_step,
         )
         self.last_report = report
         logger.info(

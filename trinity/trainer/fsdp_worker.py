@@ -339,8 +339,9 @@ class FSDPWorker:
                 out["values"][where, :length] = values.float().cpu()
         return rows_to_wire(out)
 
-    def update(self, rows: Rows, units: dict[str, int], cuts: Sequence[slice],
-               critic_cuts: Sequence[slice] = (), global_step: int = 1) -> dict[str, Any]:
+    def update(self, rows: Rows, units: dict[str, int], cuts: Sequence[slice],  # noqa: PLR0917 - Ray calls
+               critic_cuts: Sequence[slice] = (), global_step: int = 1,
+               publish: tuple[str, int] | None = None) -> dict[str, Any]:
         """Run ``ppo_epochs`` optimizer steps on the shard (collective); return this rank's metric parts.
 
         ``units`` holds the whole step's (all ranks') denominators: ``policy``
@@ -348,7 +349,10 @@ class FSDPWorker:
         aggregation) and ``token`` (response tokens, for the critic).
         ``cuts`` / ``critic_cuts`` are the shard's micro-batches for the actor
         and the critic (every rank gets as many); ``global_step`` is the step
-        being taken (1 for the first), for losses with a schedule.
+        being taken (1 for the first), for losses with a schedule. ``publish``:
+        ``(path, version)`` of the shared weights file to write the updated
+        weights into (:meth:`publish_shared_weights`), in this same call;
+        the result's ``published`` is then ``(path, metas, bytes, seconds)``.
         """
         self._check_ready()
         started = time.monotonic()
@@ -377,7 +381,13 @@ class FSDPWorker:
         if self.critic_scheduler is not None:
             self.critic_scheduler.step()
         self.step += 1
+        published = None
+        if publish is not None:
+            writing = time.monotonic()
+            path, metas, nbytes = self.publish_shared_weights(*publish)
+            published = (path, metas, nbytes, time.monotonic() - writing)
         return {
+            "published": published,
             "sums": acc.sums,
             "weights": acc.weights,
             "loss": loss_total / epochs,

@@ -218,6 +218,8 @@ class FSDPTrainer:
             else None
         )
         self.step = 0
+        #: What the last ``train_step(publish=...)`` wrote: ``(path, metas, bytes, seconds)``; None otherwise.
+        self.last_publication: tuple[str, list[Any], int, float] | None = None
         self.in_process = in_process
         started = time.monotonic()
         if in_process:
@@ -260,6 +262,8 @@ class FSDPTrainer:
         self,
         experiences: Sequence[Experience],
         checkpoint_extra: dict[str, Any] | Callable[[], dict[str, Any]] | None = None,
+        *,
+        publish: tuple[str, int] | None = None,
     ) -> dict[str, float]:
         """Train on ``experiences`` (one step) and return its metrics; saves a checkpoint when one is due.
 
@@ -267,6 +271,10 @@ class FSDPTrainer:
 
         ``checkpoint_extra`` is stored in that checkpoint (task-set and buffer
         positions); a function is called only when the checkpoint is saved.
+        ``publish`` (a one-rank trainer in mode colocate): ``(path, version)``
+        of the shared weights file the rank writes the updated weights into
+        within the same call (see :meth:`FSDPWorker.publish_shared_weights`);
+        :attr:`last_publication` then holds what it wrote.
         """
         started = time.monotonic()
         plan = self.plan
@@ -331,13 +339,16 @@ class FSDPTrainer:
             else [[] for _ in shards]
         )
         step = self.step + 1
+        if publish is not None and self.world_size != 1:
+            raise ValueError(f"shared-file weights need a one-rank trainer; this one has {self.world_size}")
         results = self._per_rank(
             "update",
             [
-                (self._wire(take_rows(rows, idx)), units, cuts, critic, step)
+                (self._wire(take_rows(rows, idx)), units, cuts, critic, step, publish)
                 for idx, cuts, critic in zip(shards, actor_cuts, critic_cuts, strict=True)
             ],
         )
+        self.last_publication = results[0].get("published")
         metrics.update(self._merge(results))
         self.step = int(results[0]["step"])
         tokens = mask != 0
