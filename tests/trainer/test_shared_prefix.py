@@ -182,6 +182,10 @@ def test_a_grpo_step_with_shared_prefixes_equals_the_padded_one(
             worker = trainer.workers[0]
             assert worker.reference is not None  # GRPO's KL loss: the reference model's log-probs too
             assert worker._shares_prefix == ({id(worker.actor), id(worker.reference)} if share else set())
+            # the start-up check's forward left no gathered weights behind: every parameter is its shard again
+            from torch.distributed.tensor import DTensor
+
+            assert all(isinstance(p, DTensor) for p in worker.actor.parameters())
             rows = batch_rows(make_batch(experiences, trainer.pad_token_id))
             with caplog.at_level("INFO", logger="trinity.trainer.fsdp_worker"):
                 metrics = trainer.train_step(experiences)

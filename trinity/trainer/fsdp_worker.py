@@ -132,6 +132,15 @@ def _enable_gradient_checkpointing(model: nn.Module) -> None:
         enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
+def _reshard(model: nn.Module) -> None:
+    """Free the gathered weights FSDP2 keeps after a forward with no backward: ``parameters()`` are the shards again."""
+    from torch.distributed.fsdp import FSDPModule
+
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.reshard()
+
+
 def _checkpoint_in_eval(model: nn.Module) -> int:
     """Make the layers set to recompute their activations do so in eval mode; return how many layers that is.
 
@@ -256,6 +265,7 @@ class FSDPWorker:
         for name, model in (("actor", self.actor), ("reference model", self.reference)):
             if model is not None and settings.share_prompt_prefix:
                 why = shared_prefix.try_enable(model, self.device)
+                _reshard(model)  # the check's forward leaves the root's weights gathered, kept for a backward
                 if why is None:
                     self._shares_prefix.add(id(model))
                 elif self.rank == 0:
