@@ -12,6 +12,7 @@ import dataclasses
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from tests.trainer.support import make_experiences, make_trainer_plan
 from trinity.common.models.engine import SamplingParams
 from trinity.launcher.both_loop import BothLoop
 from trinity.monitor.step_clock import StepClock
+from trinity.synchronizer.policy import SyncPolicy
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +42,9 @@ def loop_for(plan: Any, trainer: Any, engines: list[Any]) -> BothLoop:
     """The loop's state its train step reads (the rest of a run is not needed for one step)."""
     loop = BothLoop.__new__(BothLoop)
     loop.plan, loop.trainer, loop.engines = plan, trainer, engines
+    loop.style = "fixed"
+    # a device sync (no shared file): the step writes no weights of its own
+    loop.sync = SimpleNamespace(policy=SyncPolicy.from_config(plan.sync), publish_target=lambda version: None)
     loop.engine_lock = threading.Lock()
     loop.clock = StepClock()
     return loop
