@@ -138,8 +138,21 @@ def test_experience_buffers_and_recording() -> None:
     unrecorded = make_plan({"buffer.trainer_input.experience_buffer": {"storage_type": "queue", "path": "./buf"}})
     assert unrecorded.buffer.record_path is None
     assert any("not recorded anywhere (as upstream)" in note for note in unrecorded.notes)
-    with pytest.raises(ConfigError, match="experience replay is not supported yet"):
-        make_plan({"buffer.trainer_input.experience_buffer": {"replay_buffer": {"enable": True}}})
+    replay = make_plan({"buffer.trainer_input.experience_buffer": {"replay_buffer": {
+        "enable": True, "priority_fn": "decay_limit_randomization", "reuse_cooldown_time": 5,
+        "priority_fn_args": {"use_count_limit": 2}}}})
+    assert replay.buffer.experience is not None and replay.buffer.experience.replay is not None
+    assert replay.buffer.experience.replay.priority_fn == "decay_limit_randomization"
+    assert replay.buffer.experience.replay.cooldown == 5
+    assert replay.buffer.experience.replay.priority_fn_args == {"use_count_limit": 2}
+    assert make_plan({}).buffer.experience.replay is None  # type: ignore[union-attr]
+    with pytest.raises(ConfigError, match=r"replay_buffer.priority_fn: unknown priority function 'linear_decy'.*"
+                                          r"did you mean 'linear_decay'"):
+        make_plan({"buffer.trainer_input.experience_buffer": {"replay_buffer": {"enable": True,
+                                                                               "priority_fn": "linear_decy"}}})
+    with pytest.raises(ConfigError, match=r"reuse_cooldown_time: -1.* is negative"):
+        make_plan({"buffer.trainer_input.experience_buffer": {"replay_buffer": {"enable": True,
+                                                                               "reuse_cooldown_time": -1}}})
     both_file = make_plan({"buffer.trainer_input.experience_buffer": {"storage_type": "file", "path": "x.jsonl"}})
     assert both_file.buffer.experience is not None and both_file.buffer.experience.kind == "queue"
     assert any("a queue is used, as upstream does" in n for n in both_file.notes)

@@ -40,4 +40,13 @@ for _name, _target in {
 }.items():
     EXPERIENCE_OPERATORS.declare(_name, _target)
 
-__all__ = ["EXPERIENCE_OPERATORS", "REWARD_SHAPERS", "SAMPLE_STRATEGIES"]
+#: Priority functions of experience replay (``replay_buffer.priority_fn``): classes built with
+#: ``priority_fn_args`` whose instances map a group to ``(priority, keep)`` (see :mod:`trinity.buffer.replay.priority`).
+PRIORITY_FUNCTIONS: Registry[Any] = Registry("priority function")
+for _name, _target in {
+    "linear_decay": "trinity.buffer.replay.priority:LinearDecayPriority",
+    "decay_limit_randomization": "trinity.buffer.replay.priority:DecayLimitRandomizationPriority",
+}.items():
+    PRIORITY_FUNCTIONS.declare(_name, _target)
+
+__all__ = ["EXPERIENCE_OPERATORS", "PRIORITY_FUNCTIONS", "REWARD_SHAPERS", "SAMPLE_STRATEGIES"]

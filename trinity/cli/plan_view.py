@@ -114,6 +114,13 @@ def render_plan(plan: RunPlan, layout: Layout, backend_line: str, warnings: Sequ
     if buffer.experience is not None:
         batches.append(f"experiences: {buffer.experience.kind} {buffer.experience.name!r}, sampled by "
                        f"{buffer.sample_strategy}")
+        replay = buffer.experience.replay
+        if replay is not None:
+            args = ", ".join(f"{k} {v}" for k, v in replay.priority_fn_args.items())
+            reuse = (f"reused {replay.cooldown:g} s after each use" if replay.cooldown is not None
+                     else "each group used once")
+            batches.append(f"experience replay: priority {replay.priority_fn}" + (f" ({args})" if args else "")
+                           + f", {reuse}, up to {replay.capacity or 'any number of'} experience(s) ready")
     if buffer.operators:
         batches.append("experience operators, in order: " + ", ".join(
             op.name + (f" ({', '.join(f'{k} {v}' for k, v in op.args.items())})" if op.args else "")

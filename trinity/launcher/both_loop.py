@@ -70,6 +70,8 @@ from trinity.utils import stop
 
 logger = logging.getLogger("trinity.launcher")
 
+#: What :meth:`BothLoop._wait_for_batch` returns for a step of replayed groups alone.
+_REPLAY_ONLY = -1
 #: Seconds the explorer thread gets to finish its batch when the run stops on an error.
 _STOP_GRACE_S = 30.0
 #: Seconds between the lines saying what a waiting thread waits for.
@@ -335,7 +337,9 @@ class BothLoop:
             groups = self._wait_for_batch()
             if groups is None:
                 break  # the tasks ran out (or a stop was requested)
-            if not groups:
+            if groups == _REPLAY_ONLY:
+                self._train(0, replay_only=True)
+            elif not groups:
                 self._skip()
             elif not self._train(groups):
                 break  # the strategy dropped every group left as stale, and no more will come
@@ -377,6 +381,8 @@ class BothLoop:
                         return self._take(step.places)
                     if self.exhausted:
                         return None
+                    if self._may_replay():
+                        return _REPLAY_ONLY
                     self.trainer_waiting = True
                     self.cond.notify_all()
                     asleep = time.monotonic()
@@ -384,6 +390,15 @@ class BothLoop:
                     self._batch_wait_s += time.monotonic() - asleep
             finally:
                 self.trainer_waiting = False
+
+    def _may_replay(self) -> bool:
+        """Whether the trainer may train on replayed groups alone while no fresh batch is there.
+
+        Only with experience replay and ``sync_style: explorer_driven``, where
+        the trainer need not keep pace with the explorer (as upstream).
+        """
+        can_replay = getattr(self.strategy, "can_replay", None)
+        return self.style == "explorer_driven" and can_replay is not None and bool(can_replay())
 
     def _absorb_stale_drops(self) -> None:
         """Count the groups the strategy dropped as stale as consumed places of the oldest batches not yet taken.
@@ -422,15 +437,20 @@ class BothLoop:
         )
         self._release()
 
-    def _train(self, groups: int) -> bool:
-        """Train one step on ``groups`` groups; False when the closed buffer had none left to give."""
+    def _train(self, groups: int, *, replay_only: bool = False) -> bool:
+        """Train one step on ``groups`` fresh groups (or on replayed ones alone); False when none were left."""
         from trinity.monitor.keys import PHASE_TRAIN
 
         plan = self.plan
         timeout = plan.buffer.experience.read_timeout if plan.buffer.experience else None
         version = self.trainer.step
         try:
-            experiences = self.strategy.sample(trainer_version=version, timeout=timeout, groups=groups)
+            if replay_only:
+                experiences = self.strategy.sample_replay(version)
+                if not experiences:
+                    return True
+            else:
+                experiences = self.strategy.sample(trainer_version=version, timeout=timeout, groups=groups)
         except BufferExhaustedError:
             logger.info("the explorer is done and the sample strategy dropped every group left; training stops")
             return False
@@ -523,7 +543,9 @@ class BothLoop:
     def _strategy_metrics(self) -> dict[str, float]:
         stats = getattr(self.strategy, "stats", None) or {}
         keys = ("stale_dropped_groups", "stale_weighted_groups", "max_seen_staleness")
-        return {f"buffer/{key}": float(stats[key]) for key in keys if key in stats}
+        metrics = {f"buffer/{key}": float(stats[key]) for key in keys if key in stats}
+        metrics.update({key: float(value) for key, value in stats.items() if key.startswith("replay/")})
+        return metrics
 
     def _sync_now(self, version: int) -> dict[str, float]:
         """Push the trainer's weights to the engines between two rollout batches; return the sync's metrics."""
@@ -603,7 +625,11 @@ class BothLoop:
             written = {name: position for name, position in written.items() if position}
             if "experience" not in written:
                 position, retrained = self._consumed()
-                return {"tasks": dict(position), "written": written, "retrained_places": retrained}
+                state = {"tasks": dict(position), "written": written, "retrained_places": retrained}
+                pool = getattr(self.strategy, "pool", None)
+                if pool is not None:  # the replay pool outlives a queue buffer: its file keeps every group
+                    state["replay_tick"] = pool.tick
+                return state
             loop = {
                 "explored_places": self.explored_places,
                 "explored_groups": self.explored_groups,
@@ -686,6 +712,8 @@ class BothLoop:
                 )
         loop = extra.get("loop")
         if loop is None:
+            if "replay_tick" in extra and hasattr(self.strategy, "restore_pool"):
+                self.strategy.restore_pool(int(extra["replay_tick"]))
             retrained = int(extra.get("retrained_places", 0))
             if retrained:
                 logger.warning(

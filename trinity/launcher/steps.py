@@ -119,7 +119,8 @@ def pipeline_for(session: Session, storage: Any, pad_token_id: int, recorder: An
                              auxiliary_models=auxiliary_models)
 
 
-def strategy_for(session: Session, storage: Any, *, count_dropped: bool = False) -> Any:
+def strategy_for(session: Session, storage: Any, *, count_dropped: bool = False,
+                 replay_when_starved: bool = False) -> Any:
     """Return the sample strategy the trainer draws from ``storage`` with.
 
     A step takes ``buffer.batch_size`` whole tasks, or, when the config sets
@@ -127,7 +128,9 @@ def strategy_for(session: Session, storage: Any, *, count_dropped: bool = False)
     takes its expert rows from the auxiliary data set it names and the rest
     of the batch from ``storage``. With ``count_dropped`` the groups the
     explorer dropped take their places in the batches (the batch ends with
-    the complete groups rather than waiting).
+    the complete groups rather than waiting). With experience replay the
+    strategy is wrapped in a :class:`~trinity.buffer.replay.ReplayStrategy`
+    (``replay_when_starved``: a read that finds nothing new trains on the pool).
     """
     from trinity.buffer import make_sample_strategy
 
@@ -140,7 +143,15 @@ def strategy_for(session: Session, storage: Any, *, count_dropped: bool = False)
         strategy = make_sample_strategy(plan.buffer.sample_strategy, storage, batch_size=tasks, group_size=group,
                                         batch_rows=rows, **options)
         strategy.count_dropped = count_dropped
-        return strategy
+        replay = plan.buffer.experience.replay if plan.buffer.experience is not None else None
+        if replay is None:
+            return strategy
+        from trinity.buffer.replay import ReplayPool, ReplayStrategy, make_priority_function, replay_pool_path
+
+        pool = ReplayPool(replay_pool_path(session.run_dir, plan.buffer.experience.name),  # type: ignore[union-attr]
+                          priority_fn=make_priority_function(replay.priority_fn, replay.priority_fn_args),
+                          capacity=replay.capacity, cooldown=replay.cooldown)
+        return ReplayStrategy(strategy, pool, replay_when_starved=replay_when_starved)
     from trinity.buffer.dataset_source import DatasetSource
     from trinity.buffer.mixing import MixStrategy, expert_rows
 

@@ -33,7 +33,7 @@ def _experience_source(session: Session, stack: contextlib.ExitStack) -> tuple[A
     warn_if_not_persistent(session)
     storage = make_storage(plan.buffer.experience, run_dir=session.run_dir)
     stack.callback(storage.release)  # a reader never closes the buffer: that is for its writers
-    return strategy_for(session, storage, count_dropped=True), storage
+    return strategy_for(session, storage, count_dropped=True, replay_when_starved=True), storage
 
 
 def sample_until_stopped(source: Any, trainer_version: int, timeout: float | None) -> Any:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from trinity.common.config.loader import ConfigError
-from trinity.common.config.plan.data import DatasetPlan, Schema, SelectorType, StoragePlan, TasksetPlan
+from trinity.common.config.plan.data import DatasetPlan, ReplayPlan, Schema, SelectorType, StoragePlan, TasksetPlan
 from trinity.common.config.schema import (
     Config,
     DataSelectorConfig,
@@ -127,13 +127,32 @@ def record_target(path: str, where: str) -> str:
     raise ConfigError(f"{where}: {path!r} is neither sqlite:///file.db nor a .jsonl file")
 
 
+def resolve_replay(buffer: ExperienceBufferConfig, where: str) -> ReplayPlan | None:
+    """Return the replay plan of an experience buffer (None when off); raises ConfigError for bad settings."""
+    from trinity.buffer.catalog import PRIORITY_FUNCTIONS
+
+    replay = buffer.replay_buffer
+    if not replay.enable:
+        return None
+    at = f"{where}.replay_buffer"
+    name = str(replay.priority_fn or "").strip()
+    if not name or ("." not in name and name not in PRIORITY_FUNCTIONS):
+        raise ConfigError(f"{at}.priority_fn: {PRIORITY_FUNCTIONS.unknown_message(name)}")
+    cooldown = replay.reuse_cooldown_time
+    if cooldown is not None and cooldown < 0:
+        raise ConfigError(f"{at}.reuse_cooldown_time: {cooldown} is negative; give seconds >= 0, or leave it unset "
+                          "to use each group once")
+    if not isinstance(replay.priority_fn_args, dict):
+        raise ConfigError(f"{at}.priority_fn_args: expected a mapping of argument names to values")
+    return ReplayPlan(name, dict(replay.priority_fn_args or {}), cooldown, max(0, int(buffer.capacity)))
+
+
 def resolve_storage(buffer: ExperienceBufferConfig, where: str, mode: str) -> tuple[StoragePlan, str | None, str]:
     """Return ``(storage, record path or None, note)`` of an experience buffer; raises ConfigError."""
     kind = buffer.storage_type.strip().lower()
     name = buffer.name or "experience_buffer"
     note = ""
-    if buffer.replay_buffer.enable:
-        raise ConfigError(f"{where}.replay_buffer.enable: experience replay is not supported yet; set false")
+    replay = resolve_replay(buffer, where)
     if kind == "file" and mode in ("both", "colocate"):
         note = f"{where}.storage_type: file cannot carry experiences in mode both; a queue is used, as upstream does"
         kind = "queue"
@@ -144,13 +163,13 @@ def resolve_storage(buffer: ExperienceBufferConfig, where: str, mode: str) -> tu
                 record = record_target(buffer.path, f"{where}.path")
             except ConfigError as exc:  # upstream records nothing then, with a warning
                 note = f"{exc}: the queue's experiences are not recorded anywhere (as upstream)"
-        return StoragePlan("queue", name, "", buffer.capacity, buffer.max_read_timeout), record, note
+        return StoragePlan("queue", name, "", buffer.capacity, buffer.max_read_timeout, replay), record, note
     if kind == "sql":
         path = sqlite_file(buffer.path, f"{where}.path") if buffer.path else ""
-        return StoragePlan("sqlite", name, path, 0, buffer.max_read_timeout), None, note
+        return StoragePlan("sqlite", name, path, 0, buffer.max_read_timeout, replay), None, note
     if kind == "file":
         path = str(Path(buffer.path).expanduser().absolute()) if buffer.path else ""
-        return StoragePlan("jsonl", name, path, 0, buffer.max_read_timeout), None, note
+        return StoragePlan("jsonl", name, path, 0, buffer.max_read_timeout, replay), None, note
     known = ("queue", "sql", "file")
     close = ["sql"] if kind in ("sqlite", "sqlite3", "database", "db") else difflib.get_close_matches(kind, known, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
@@ -159,6 +178,9 @@ def resolve_storage(buffer: ExperienceBufferConfig, where: str, mode: str) -> tu
 
 def resolve_dataset(buffer: ExperienceBufferConfig, where: str, schema: Schema, epochs: int) -> DatasetPlan:
     """Return the plan of an SFT/DPO data set read by the trainer; raises ConfigError."""
+    if buffer.replay_buffer.enable:
+        raise ConfigError(f"{where}.replay_buffer.enable: experience replay applies to the experience buffer "
+                          "between explorer and trainer, not to a data set; set it false here")
     if not buffer.path:
         raise ConfigError(f"{where}.path: required: the {schema.upper()} data set (a local folder or file)")
     if buffer.storage_type.strip().lower() != "file":

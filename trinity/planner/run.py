@@ -189,6 +189,11 @@ def _check_names(plan: BufferPlan, training: Any) -> None:
     from trinity.buffer.catalog import REWARD_SHAPERS
     from trinity.common.workflows.catalog import REWARD_FNS, WORKFLOWS
 
+    if plan.sample_strategy == "mix" and plan.experience is not None and plan.experience.replay is not None:
+        raise ConfigError(
+            "buffer.trainer_input.experience_buffer.replay_buffer.enable: experience replay does not combine with "
+            "sample strategy mix here (its expert rows have no priority); set one of them off"
+        )
     if plan.sample_strategy == "mix":
         name = str(plan.sample_strategy_args.get("sft_dataset_name", "sft_dataset"))
         if name not in plan.auxiliary:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from trinity.buffer.catalog import PRIORITY_FUNCTIONS
 from trinity.buffer.storage.base import STORAGES, ExperienceStorage
 from trinity.buffer.storage.jsonl import JsonlStorage
 from trinity.buffer.storage.local_queue import LocalQueueStorage
@@ -32,7 +33,12 @@ def make_storage(config: StoragePlan, *, run_dir: str | Path = ".", in_process: 
     return STORAGES.get(config.kind).from_config(config, name=config.name, run_dir=run_dir)
 
 
+#: Upstream's name of the replay priority functions' registry (``PRIORITY_FUNC.register_module("name")``).
+PRIORITY_FUNC = PRIORITY_FUNCTIONS
+
+
 __all__ = [
+    "PRIORITY_FUNC",
     "STORAGES",
     "ExperienceStorage",
     "JsonlStorage",

@@ -93,10 +93,10 @@ class StateRow(_Base):
     value: Mapped[str] = mapped_column(Text)
 
 
-def open_engine(path: Path, busy_timeout: float) -> Engine:
+def open_engine(path: Path, busy_timeout: float, metadata: Any = None) -> Engine:
     """Return an engine on ``path`` in WAL mode whose transactions all start with ``BEGIN IMMEDIATE``.
 
-    Creates the file and its tables when missing (safely when several
+    Creates the file and the tables of ``metadata`` (default: the storage's) when missing (safely when several
     processes do it at once). Raises StorageError when the file cannot be used.
     """
     try:
@@ -122,7 +122,7 @@ def open_engine(path: Path, busy_timeout: float) -> Engine:
 
     try:
         with engine.begin() as connection:
-            _Base.metadata.create_all(connection)
+            (metadata if metadata is not None else _Base.metadata).create_all(connection)
     except SQLAlchemyError as exc:
         engine.dispose()
         disk = storage_error(exc)

@@ -88,6 +88,20 @@ class DatasetPlan:
 
 
 @dataclass(frozen=True)
+class ReplayPlan:
+    """Experience replay: the trainer draws its batches by priority from a pool of groups it may reuse."""
+
+    #: Priority function (registry name or Python path).
+    priority_fn: str
+    #: Its arguments (over its defaults).
+    priority_fn_args: dict[str, Any]
+    #: Seconds after a use before a group may serve again (None: never reused).
+    cooldown: float | None
+    #: Experiences the pool holds ready to serve (0: unbounded).
+    capacity: int
+
+
+@dataclass(frozen=True)
 class StoragePlan:
     """The experience buffer between explorer and trainer."""
 
@@ -101,6 +115,8 @@ class StoragePlan:
     capacity: int
     #: Seconds the trainer waits for a batch.
     read_timeout: float
+    #: Experience replay (None: every group is trained once, in arrival order).
+    replay: ReplayPlan | None = None
 
 
 @dataclass(frozen=True)

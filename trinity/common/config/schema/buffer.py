@@ -90,15 +90,15 @@ class DataSelectorConfig:
 
 @dataclass
 class ReplayBufferConfig:
-    """Experience replay in the queue buffer (upstream)."""
+    """Experience replay: the trainer draws batches by priority from a pool of groups it may train on again."""
 
-    #: Re-sample stored experiences by priority.
-    enable: bool = refused(False, "experience replay is not supported yet; set enable: false")
-    #: Priority function.
+    #: Draw batches from the replay pool (``<run>/buffer/<name>.replay.sqlite``) instead of in arrival order.
+    enable: bool = False
+    #: Priority function: ``linear_decay``, ``decay_limit_randomization`` or a registered or dotted-path one.
     priority_fn: str = "linear_decay"
-    #: Seconds before an experience may be reused.
+    #: Seconds after a use before a group may serve again; unset: each group is used once.
     reuse_cooldown_time: float | None = None
-    #: Its arguments.
+    #: Arguments of the priority function, over its defaults.
     priority_fn_args: dict[str, Any] = field(default_factory=lambda: {"decay": 2.0})
 
 
