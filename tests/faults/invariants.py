@@ -5,6 +5,9 @@
   and each run resumed right after the checkpoint it loaded;
 * with a persistent buffer, every explored group is trained in exactly one
   effective step and the SQLite table holds each group once, all of it read;
+* with experience replay, every explored group is trained at least once and
+  at most as often as its priority function allows, and the replay pool's
+  file records exactly the effective history's uses;
 * every checkpoint folder left is complete (``trinity checkpoints verify``);
 * after each sync the engines' weights equal the trainer's (``sync/checksum_match``).
 
@@ -103,6 +106,33 @@ def group_problems(run_dir: Path, logs: Sequence[str], groups: int, group_size: 
     wrong = [(group, count, consumed) for group, count, consumed in rows if count != group_size or not consumed]
     if wrong:
         problems.append(f"buffer groups stored more or less than once, or never read: {wrong[:5]}")
+    return problems
+
+
+def replay_problems(run_dir: Path, logs: Sequence[str], groups: int, limit: int) -> list[str]:
+    """Return how the effective history and the replay pool differ from "each group 1..``limit`` times"."""
+    problems = []
+    uses: dict[tuple[int, int], int] = {}
+    for step_groups in effective_groups(logs).values():
+        for group in step_groups:
+            uses[group] = uses.get(group, 0) + 1
+    expected = {(0, index) for index in range(groups)}
+    if set(uses) != expected:
+        never, unexpected = sorted(expected - set(uses)), sorted(set(uses) - expected)
+        problems.append(f"groups never trained: {never}, unexpected: {unexpected}")
+    over = {group: count for group, count in uses.items() if count > limit}
+    if over:
+        problems.append(f"groups trained more often than the replay limit of {limit}: {over}")
+    with closing(sqlite3.connect(run_dir / "buffer" / "experience.replay.sqlite")) as db:
+        rows = db.execute("SELECT g.group_id, COUNT(u.id) FROM replay_groups g JOIN replay_uses u ON u.entry = g.id "
+                          "GROUP BY g.group_id").fetchall()
+    recorded = {}
+    for group_id, count in rows:
+        found = GROUP.match(group_id)
+        if found:
+            recorded[(int(found.group(1)), int(found.group(2)))] = int(count)
+    if recorded != uses:
+        problems.append(f"the replay pool records uses {recorded}, the effective history {uses}")
     return problems
 
 

@@ -248,3 +248,51 @@ def test_explore_and_train_jobs_killed_while_sharing_a_sqlite_buffer(
     if explored != list(range(1, steps + 1)):
         problems.append(f"explorer steps in metrics.jsonl: {explored}")
     assert lost == 0 and not problems, _report(seed, schedule, [*problems, f"steps lost: {lost}"])
+
+
+@pytest.mark.parametrize("seed", chaos_seeds(1), ids=lambda s: f"seed{s}")
+def test_driver_and_trainer_rank_killed_while_replaying_experiences(
+    tmp_path: Path,
+    tiny_model: Path,
+    fault_ledger: FaultLedger,
+    seed: int,
+) -> None:
+    """Mode both with experience replay (``decay_limit_randomization``, at most 2 uses per group, no cooldown).
+
+    ``explorer_driven`` lets the trainer take steps of replayed groups while
+    the explorer rolls out, so the number of steps depends on timing. Killed:
+    the driver and one trainer rank after seed-chosen training steps, the
+    command rerun after each failure. Asserted: in the effective history every
+    explored group is trained at least once and at most twice, the replay
+    pool's file records exactly those uses (the pool rolled back to each
+    checkpoint), the train records are steps 1..N once each with the last
+    checkpoint at N, each run resumed right after its checkpoint, and every
+    checkpoint is intact.
+    """
+    steps, limit = 6, 2
+    rng = random.Random(seed)
+    points = draw_train_kills(rng, ["driver", "trainer"], first=1, last=steps - 2)
+    schedule = "; ".join(p.describe() for p in points)
+    fault_ledger.case("kill-replay-both", seed=seed)
+    raw = _both_config(tmp_path, tiny_model, steps=steps, sync_offset=0, trainer_ranks=2)
+    raw["synchronizer"]["sync_style"] = "explorer_driven"
+    raw["buffer"]["trainer_input"]["experience_buffer"]["replay_buffer"] = {
+        "enable": True, "priority_fn": "decay_limit_randomization", "reuse_cooldown_time": 0,
+        "priority_fn_args": {"use_count_limit": limit},
+    }
+    run_dir = tmp_path / "ckpt" / "e2e" / "run"
+    job = Job("kill-replay-both", _write(tmp_path, "job", raw), tmp_path / "logs", seed, limit=300)
+    drive([(job, points)], fault_ledger.kill)
+
+    logs = [run.text for run in job.runs]
+    history = invariants.effective_groups(logs)
+    total = max(history)
+    trained = [g for groups in history.values() for g in groups]
+    fault_ledger.replay_uses("kill-replay-both", [trained.count(g) for g in set(trained)], limit)
+    problems = _check_runs(job)
+    problems += invariants.step_problems(run_dir, total, checksums=False)  # syncs follow the explorer's asks
+    problems += invariants.resume_problems(logs)
+    problems += invariants.replay_problems(run_dir, logs, steps * GROUPS_PER_BATCH, limit)
+    problems += invariants.checkpoint_problems(run_dir)
+    assert not problems, _report(seed, schedule, problems)
+    assert sum(len(run.killed) for run in job.runs) == 2

@@ -25,4 +25,7 @@ def test_ledger_totals_cases_kills_and_lost_steps(tmp_path: Path) -> None:
         "kills_by_target": {"driver": 2, "engine": 1},
         "steps_lost": 0,
         "seeds": {"driver-kill": 7},
+        "replay": {},
     }
+    ledger.replay_uses("replay", [2, 1, 2, 2], limit=2)
+    assert ledger.line().endswith("steps lost 0; replay: groups by uses {1: 1, 2: 3}, bound 2")
