@@ -85,3 +85,42 @@ def test_replay_reuses_groups_by_priority_within_their_limit(
     last = train[-1]["metrics"]
     assert last["replay/reused_groups"] == reused
     assert last["replay/replay_only_batches"] == len(trained) - 4  # steps beyond the explorer's 4
+
+
+def test_a_resumed_run_keeps_the_replay_pool_of_its_checkpoint_with_a_queue_buffer(
+    tmp_path: Path, tiny_model: Path
+) -> None:
+    """A queue buffer dies with the run, the replay pool does not: a resumed run continues with the pool it saved."""
+    def config(steps: int) -> dict:
+        return job_config(
+            tmp_path,
+            tiny_model,
+            **{
+                "buffer.total_steps": steps,
+                "trainer.save_interval": 2,
+                "buffer.explorer_input.eval_tasksets": [],
+                "explorer.eval_on_startup": False,
+                "synchronizer.verify_checksums": False,
+                "buffer.trainer_input.experience_buffer": {
+                    "name": "experience",
+                    "storage_type": "queue",
+                    "replay_buffer": {"enable": True, "reuse_cooldown_time": 0},
+                },
+            },
+        )
+
+    pool_file = tmp_path / "ckpt" / "e2e" / "run" / "buffer" / "experience.replay.sqlite"
+
+    def pool_uses() -> dict[str, int]:
+        with closing(sqlite3.connect(pool_file)) as db:
+            return dict(db.execute(
+                "SELECT g.group_id, COUNT(u.id) FROM replay_groups g JOIN replay_uses u ON u.entry = g.id "
+                "GROUP BY g.group_id").fetchall())
+
+    assert run_plan(resolve_run(parse_config(config(2)))) == 0
+    first = pool_uses()
+    assert len(first) == 4 and set(first.values()) == {1}  # fresh groups rank first: none reused yet
+    assert run_plan(resolve_run(parse_config(config(4)))) == 0  # resumes from step 2's checkpoint
+    second = pool_uses()
+    assert {g: second.get(g) for g in first} == first, "the resumed run started with an empty pool"
+    assert len(second) == 8
