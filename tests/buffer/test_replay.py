@@ -258,3 +258,19 @@ def test_upstream_priority_function_code_runs_unchanged(tmp_path: Path) -> None:
         make_priority_function("reward_first_for_test", {"gamma": 1})
     with pytest.raises(UnknownNameError, match="did you mean 'linear_decay'"):
         make_priority_function("linear_decai")
+
+
+def test_asking_whether_the_pool_can_replay_never_changes_a_saved_tick(storage: SQLiteStorage, tmp_path: Path) -> None:
+    clock = Clock()
+    storage.put(make_group("a", 2))
+    inner = make_sample_strategy("default", storage, batch_size=1, group_size=2)
+    pool = ReplayPool(tmp_path / "pool.sqlite", cooldown=0.0, clock=clock,
+                      priority_fn=make_priority_function("decay_limit_randomization", {"use_count_limit": 1}))
+    strategy = ReplayStrategy(inner, pool)
+    strategy.sample(0, timeout=1)
+    saved = strategy.state_dict()["replay_tick"]
+    clock.now += 1
+    assert not strategy.can_replay()  # a is back from cooldown and out of uses: it retires, in a later tick
+    assert pool.cooling_groups() == 0 and pool.tick > saved
+    pool.rollback(saved)
+    assert pool.cooling_groups() == 1  # as the checkpoint saw it: cooling down, not retired

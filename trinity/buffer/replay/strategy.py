@@ -126,7 +126,9 @@ class ReplayStrategy:
     def can_replay(self) -> bool:
         """Whether the pool holds a whole batch ready to serve now (cooldowns that ended included)."""
         self._open()
-        self.pool.refresh()
+        if self.pool.next_ready_in() == 0:  # admitting them changes the pool: in a tick of its own, not a saved one
+            self.pool.begin_tick()
+            self.pool.refresh()
         if self.batch_rows is not None:
             return self.pool.ready_rows() >= self.batch_rows
         return self.pool.ready_groups() >= self.batch_size
