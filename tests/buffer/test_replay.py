@@ -59,7 +59,7 @@ def test_serves_highest_priority_first_and_brings_groups_back_after_their_cooldo
     pool.add([make_group("c", 2, version=1)])  # c: 1
     batch = pool.take(groups=3)
     assert names(batch) == ["b", "c", "a"]
-    assert [g[0].info["use_count"] for g in batch] == [1, 0, 1]  # uses before this one
+    assert [g[0].info["use_count"] for g in batch] == [2, 1, 2]  # uses so far, this one included
     assert all(e.info["model_version"] == e.model_version for g in batch for e in g)
     assert pool.use_counts() == {"a": 2, "b": 2, "c": 1}
 
@@ -84,6 +84,18 @@ def test_capacity_pushes_out_the_lowest_priority_or_refuses_a_lower_one(tmp_path
     big.begin_tick()
     big.add([make_group("small", 1, version=0), make_group("large", 5, version=1)])
     assert names(big.take(groups=2)) == ["large"]  # larger than the capacity: it pushes every other one out
+
+
+def test_capacity_keeps_the_freshest_groups_as_upstreams_queue_does(tmp_path: Path) -> None:
+    pool = pool_at(tmp_path / "pool.sqlite", Clock(), args={"decay": 0.6}, capacity=8, cooldown=None)
+    pool.begin_tick()
+    for version in range(12):  # one experience each, versions 0..11, into room for 8
+        pool.add([make_group(f"v{version}", 1, version=version)])
+    assert pool.ready_groups() == 8
+    batch = pool.take(groups=8)
+    assert [g[0].model_version for g in batch] == list(range(11, 3, -1))
+    assert all(g[0].info["use_count"] == 1 for g in batch)
+    assert pool.take(groups=1) == []
 
 
 def test_decay_limit_randomization_retires_a_group_after_its_use_count_limit(tmp_path: Path) -> None:
@@ -181,7 +193,7 @@ def test_strategy_takes_a_batch_of_the_fresh_size_by_priority(storage: SQLiteSto
         strategy.sample(2, timeout=0.05)  # nothing fresh, and no serving from the pool unless asked
     assert strategy.can_replay()
     replayed = strategy.sample_replay(2)
-    assert [e.group_id for e in replayed] == ["a", "a"] and replayed[0].info["use_count"] == 1
+    assert [e.group_id for e in replayed] == ["a", "a"] and replayed[0].info["use_count"] == 2
     stats = strategy.stats
     assert stats["replay/reused_groups"] == 1 and stats["replay/replay_only_batches"] == 1
     assert stats["replay/batch_max_use_count"] == 2 and stats["replay/batch_max_staleness"] == 2
@@ -214,7 +226,7 @@ def test_strategy_serves_the_pool_when_a_read_times_out_only_if_asked(storage: S
     strategy.sample(0, timeout=1)
     clock.now += 1
     again = strategy.sample(1, timeout=0.05)
-    assert [e.group_id for e in again] == ["a", "a"] and again[0].info["use_count"] == 1
+    assert [e.group_id for e in again] == ["a", "a"] and again[0].info["use_count"] == 2
 
 
 def test_a_fresh_strategy_starts_with_an_empty_pool(storage: SQLiteStorage, tmp_path: Path) -> None:

@@ -326,9 +326,10 @@ class ReplayPool:
     def take(self, *, groups: int | None = None, rows: int | None = None) -> list[Group]:
         """Use the highest-priority ready groups: ``groups`` of them, or whole groups up to ``rows`` experiences.
 
-        With ``rows`` the first group is taken whatever its size. Returns the
-        groups as they were before this use (``info["use_count"]`` counts the
-        earlier uses); each then cools down, or leaves without a cooldown.
+        With ``rows`` the first group is taken whatever its size. Returns
+        copies whose ``info["use_count"]`` counts this use too (1 the first
+        time, as upstream labels them); each group then cools down, or leaves
+        without a cooldown.
         """
         chosen: list[_Entry] = []
         total = 0
@@ -344,10 +345,11 @@ class ReplayPool:
         if not chosen:
             return []
         now = self.clock()
-        batch = [[_copy(e) for e in self._labelled(entry)] for entry in chosen]
         self._pending_removals = []
         for entry in chosen:
             entry.use_count += 1
+        batch = [[_copy(e) for e in self._labelled(entry)] for entry in chosen]
+        for entry in chosen:
             entry.last_use = now
             entry.priority = None
             if self.cooldown is None:

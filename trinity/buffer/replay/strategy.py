@@ -11,7 +11,8 @@ When no fresh batch is there, :meth:`ReplayStrategy.sample_replay` makes a
 batch of pool groups alone, so the trainer can take more steps than the
 explorer (upstream's ``sync_style: explorer_driven``; mode ``train`` does it
 whenever its buffer has nothing new). Every returned experience carries
-``info["use_count"]`` (its earlier uses) and ``info["model_version"]``.
+``info["use_count"]`` (its uses so far, this one included) and
+``info["model_version"]``.
 
 The pool's tick is part of :meth:`state_dict`: a run resumed from a
 checkpoint rolls the pool back to it.
@@ -146,12 +147,12 @@ class ReplayStrategy:
         return self._record(taken, trainer_version)
 
     def _record(self, taken: list[Group], trainer_version: int) -> list[Experience]:
-        uses = [int(g[0].info.get("use_count", 0)) for g in taken]
-        reused = sum(1 for u in uses if u > 0)
+        uses = [int(g[0].info.get("use_count", 1)) for g in taken]
+        reused = sum(1 for u in uses if u > 1)
         self._counts["replay/reused_groups"] += reused
         self._last = {
             "replay/batch_reused_groups": float(reused),
-            "replay/batch_max_use_count": float(max(uses, default=0) + (1 if uses else 0)),
+            "replay/batch_max_use_count": float(max(uses, default=0)),
             "replay/batch_max_staleness": float(
                 max((trainer_version - int(g[0].model_version) for g in taken), default=0)
             ),
