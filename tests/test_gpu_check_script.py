@@ -117,7 +117,7 @@ def test_entry_point_shim_is_found_like_an_install(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PYTHONPATH": str(site)}, check=False)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["trinity_backend_cuda.plugin", "trinity-backend-cuda", "0.2.0"]
+    assert done.stdout.split() == ["trinity_backend_cuda.plugin", "trinity-backend-cuda", "0.3.0"]
 
 
 def test_nvml_standin_reports_a_missing_driver_as_nvml_does(tmp_path: Path) -> None:

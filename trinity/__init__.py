@@ -4,4 +4,4 @@ Importing this package is cheap on purpose: it loads neither torch nor any
 device runtime. Device questions go through :mod:`trinity.device`.
 """
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"

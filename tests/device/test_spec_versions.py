@@ -44,9 +44,12 @@ def test_each_backend_package_of_this_repository_requires_the_core_of_its_spec(f
 
 
 @pytest.mark.parametrize(("requires", "spec", "expected"), [
-    (["trinity-rft>=0.2,<0.3"], 2, None),
-    (["trinity-rft>=0.1,<0.3"], 1, None),
+    (["trinity-rft>=0.3,<0.4"], 3, None),
+    (["trinity-rft>=0.1,<0.4"], 1, None),
+    (["trinity-rft>=0.2,<0.4"], 2, None),
+    (["trinity-rft>=0.2,<0.4"], 3, "admits trinity-rft 0.2.0, which does not speak spec 3"),
     (["trinity-rft>=0.1,<0.2"], 2, "admits trinity-rft 0.1.0, which does not speak spec 2"),
+    (["trinity-rft>=0.2,<0.3"], 2, f"excludes the trinity-rft {trinity.__version__} it is being tested with"),
     (["trinity-rft"], 2, "admits trinity-rft 0.1.0"),
     (["torch>=2"], 2, "does not depend on trinity-rft"),
     (None, 1, "does not depend on trinity-rft"),

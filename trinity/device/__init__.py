@@ -44,6 +44,7 @@ from trinity.device.facade import (
     local_ray_resources,
     manual_seed,
     memory_stats,
+    offload_support,
     process_group_backend_for,
     ray_actor_resources,
     ray_assigned_devices_env,
@@ -69,6 +70,7 @@ from trinity.device.types import (
     DoctorCheck,
     DtypeSupport,
     MemoryStats,
+    OffloadSupport,
     ProbeResult,
 )
 
@@ -90,6 +92,7 @@ __all__ = [
     "DtypeSupport",
     "InvalidDeviceRequestError",
     "MemoryStats",
+    "OffloadSupport",
     "ProbeResult",
     "UnknownBackendError",
     "UnsupportedDtypeError",
@@ -116,6 +119,7 @@ __all__ = [
     "local_ray_resources",
     "manual_seed",
     "memory_stats",
+    "offload_support",
     "process_group_backend_for",
     "ray_actor_resources",
     "ray_assigned_devices_env",

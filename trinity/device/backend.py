@@ -28,6 +28,7 @@ from trinity.device.types import (
     DoctorCheck,
     DtypeSupport,
     MemoryStats,
+    OffloadSupport,
     ProbeResult,
 )
 
@@ -268,6 +269,10 @@ class Backend:
     def attention_implementation(self, dtype: str) -> AttentionChoice:
         """Return the attention kernel (``attn_implementation``) to load models with in ``dtype``."""
         return self._expect("trinity_attention_implementation", AttentionChoice, dtype)
+
+    def offload_support(self) -> OffloadSupport:
+        """Return whether parameters and optimizer state may be offloaded to host memory, and how."""
+        return self._expect("trinity_offload_support", OffloadSupport)
 
     def doctor(self) -> list[DoctorCheck]:
         """Run the backend's checks, then the core's; a raising or malformed check becomes a ``fail``."""

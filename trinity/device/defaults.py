@@ -27,6 +27,7 @@ from trinity.device.types import (
     DoctorCheck,
     DtypeSupport,
     MemoryStats,
+    OffloadSupport,
 )
 
 
@@ -54,6 +55,11 @@ def forwarded_env(
 DEFAULT_DTYPES = DtypeSupport(supported=("float32", "bfloat16", "float16"))
 #: torch's ``scaled_dot_product_attention``: every torch device type has it.
 DEFAULT_ATTENTION = AttentionChoice("sdpa", "torch scaled_dot_product_attention")
+#: The default offload answer on the host CPU: supported, and a no-op (the device memory is host memory).
+HOST_OFFLOAD = OffloadSupport(True, pin_memory=False,
+                              reason="the device is the host: parameters and optimizer state stay where they are")
+#: The default offload answer on an accelerator: FSDP2's CPUOffloadPolicy with pinned host copies.
+DEVICE_OFFLOAD = OffloadSupport(True, pin_memory=True, reason="FSDP2 CPUOffloadPolicy with pinned host memory")
 
 
 class DefaultHooks:
@@ -149,6 +155,10 @@ class DefaultHooks:
     @hookimpl(trylast=True)
     def trinity_attention_implementation(self, dtype: str) -> AttentionChoice:
         return DEFAULT_ATTENTION
+
+    @hookimpl(trylast=True)
+    def trinity_offload_support(self) -> OffloadSupport:
+        return HOST_OFFLOAD if self._info.device_type == "cpu" else DEVICE_OFFLOAD
 
     @hookimpl(trylast=True)
     def trinity_doctor(self) -> list[DoctorCheck]:

@@ -29,6 +29,7 @@ from trinity.device.types import (
     DoctorCheck,
     DtypeSupport,
     MemoryStats,
+    OffloadSupport,
 )
 
 logger = logging.getLogger("trinity.device")
@@ -273,6 +274,11 @@ def resolve_dtype(requested: str) -> str:
 def attention_implementation(dtype: str) -> AttentionChoice:
     """Return the attention kernel (transformers' ``attn_implementation``) for models in ``dtype`` here."""
     return current_backend().attention_implementation(dtype)
+
+
+def offload_support() -> OffloadSupport:
+    """Return whether the trainer may offload parameters and optimizer state to host memory here."""
+    return current_backend().offload_support()
 
 
 def visible_devices_env(device_ids: Sequence[int]) -> dict[str, str]:

@@ -42,6 +42,7 @@ from trinity.device.types import (
     DoctorCheck,
     DtypeSupport,
     MemoryStats,
+    OffloadSupport,
     ProbeResult,
 )
 
@@ -50,19 +51,20 @@ PROJECT_NAME = "trinity"
 #: Entry-point group under which backend distributions register.
 ENTRY_POINT_GROUP = "trinity.backends"
 #: Version of this contract. Bumped when a hook is added or its meaning changes.
-SPEC_VERSION = 2
+SPEC_VERSION = 3
 #: Oldest contract version a backend may target and still be loaded.
 MIN_SPEC_VERSION = 1
 #: The first trinity-rft release speaking each spec version: a backend written for spec N depends on
 #: ``trinity-rft>=0.N`` so that pip, not the loader, refuses an older core. The core's minor version moves with
 #: the spec while the major version is 0.
-FIRST_CORE_BY_SPEC = {1: "0.1", 2: "0.2"}
+FIRST_CORE_BY_SPEC = {1: "0.1", 2: "0.2", 3: "0.3"}
 #: The spec version that added each hook after the first; a backend written for an older spec gets the core's
 #: default for these unless it implements them.
 HOOKS_ADDED_IN = {
     "trinity_stateless_process_group": 2,
     "trinity_supported_dtypes": 2,
     "trinity_attention_implementation": 2,
+    "trinity_offload_support": 3,
 }
 
 
@@ -217,6 +219,21 @@ def trinity_attention_implementation(dtype: str) -> AttentionChoice:  # type: ig
     """
 
 
+@hookspec(firstresult=True)
+def trinity_offload_support() -> OffloadSupport:  # type: ignore[empty-body]
+    """Return whether the trainer may offload parameters and optimizer state to host memory.
+
+    Asked when a run is planned with veRL's ``param_offload`` /
+    ``optimizer_offload`` / ``offload_policy``: a run asking for offload on a
+    backend that answers ``supported=False`` stops with ``reason``. With
+    support, parameters are offloaded by FSDP2's ``CPUOffloadPolicy``
+    (``pin_memory`` as answered) and optimizer state is moved to the host
+    between steps. Same rule as for ``trinity_supported_dtypes``: do not
+    initialise the device. Default: supported, pinned on every device but the
+    host CPU.
+    """
+
+
 @hookspec
 def trinity_doctor() -> list[DoctorCheck]:  # type: ignore[empty-body]
     """Return diagnostic checks for ``trinity backends check``.
@@ -275,4 +292,5 @@ SINGLE_ANSWER_HOOKS = (
     "trinity_stateless_process_group",
     "trinity_supported_dtypes",
     "trinity_attention_implementation",
+    "trinity_offload_support",
 )

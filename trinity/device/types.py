@@ -140,6 +140,18 @@ class DtypeSupport:
 
 
 @dataclass(frozen=True)
+class OffloadSupport:
+    """Whether FSDP2 may keep parameters and optimizer state in host memory between uses on this device."""
+
+    #: True when torch's FSDP2 ``CPUOffloadPolicy`` and moving optimizer state to the host work here.
+    supported: bool
+    #: Whether host copies are pinned (page-locked) for faster, asynchronous transfers.
+    pin_memory: bool = False
+    #: Why not, or what offload means here; shown in the plan of a run that asks for offload.
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class AttentionChoice:
     """The attention kernel models are loaded with (transformers' ``attn_implementation``)."""
 

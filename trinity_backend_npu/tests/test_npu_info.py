@@ -51,4 +51,4 @@ def test_importing_the_package_imports_no_runtime(doubles: Any) -> None:
         capture_output=True, text=True, check=False, env=doubles.subprocess_env(), timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == ["0.2.0", []]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == ["0.3.0", []]

@@ -32,6 +32,7 @@ from trinity.device.types import (
     DoctorCheck,
     DtypeSupport,
     MemoryStats,
+    OffloadSupport,
     ProbeResult,
 )
 
@@ -444,9 +445,17 @@ class BackendConformance:
             assert choice.implementation and choice.implementation.strip() == choice.implementation, fix(
                 f"trinity_attention_implementation({dtype!r}) must name transformers' attn_implementation", _DTYPES)
 
+    def test_offload_support(self, backend: Backend) -> None:
+        support = backend.offload_support()
+        assert isinstance(support, OffloadSupport), fix(
+            "return an OffloadSupport from trinity_offload_support", _DTYPES)
+        if not support.supported:
+            assert support.reason.strip(), fix(
+                "trinity_offload_support must say why offload is not supported (users see it when refused)", _DTYPES)
+
     def test_dtype_answers_import_no_runtime(self) -> None:
         error, imported = self._heavy_imports_after(
-            "backend.attention_implementation(backend.supported_dtypes().preferred)")
+            "backend.attention_implementation(backend.supported_dtypes().preferred); backend.offload_support()")
         assert error is None, f"{error}; " + fix(
             "trinity_supported_dtypes and trinity_attention_implementation must answer without the device", _NO_INIT)
         assert imported == [], (

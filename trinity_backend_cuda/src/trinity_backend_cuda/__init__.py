@@ -7,6 +7,6 @@ library, and never creates a CUDA context: the probe asks the driver through
 NVML (``pynvml``), which creates none.
 """
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = ["__version__"]

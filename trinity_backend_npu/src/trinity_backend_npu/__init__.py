@@ -8,6 +8,6 @@ by the hooks that need the device (see :mod:`trinity_backend_npu.runtime`).
 
 from __future__ import annotations
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = ["__version__"]

@@ -110,9 +110,12 @@ def test_explicit_choice_without_device_fails_with_the_probe_reason(dev: Path, m
         device.select_backend()
 
 
-def test_spec_2_answers_dtypes_and_attention(dev: Path) -> None:
+def test_spec_3_answers_dtypes_attention_and_offload(dev: Path) -> None:
     backend = acme()
-    assert backend.info.spec_version == 2
+    assert backend.info.spec_version == 3
+    offload = backend.offload_support()
+    assert not offload.supported and "Acme SDK 2" in offload.reason
+    assert backend.implements("trinity_offload_support")
     support = backend.supported_dtypes()
     assert support.preferred == "float32" and "bfloat16" in support.supported
     assert "use bfloat16" in support.reason("float16")

@@ -6,4 +6,4 @@ computes on the host CPU, so it runs on any machine. Importing it is cheap:
 no torch, no vendor runtime.
 """
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"

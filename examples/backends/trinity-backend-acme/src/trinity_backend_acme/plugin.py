@@ -23,6 +23,7 @@ from trinity.device import (
     DoctorCheck,
     DtypeSupport,
     InvalidDeviceRequestError,
+    OffloadSupport,
     ProbeResult,
     hookimpl,
 )
@@ -30,8 +31,8 @@ from trinity_backend_acme import devices
 
 #: The DeviceBackend spec version this file was written against. A literal on
 #: purpose: taking trinity's SPEC_VERSION would claim every future spec too.
-#: pyproject.toml requires the core that speaks it (trinity-rft>=0.2 for spec 2).
-WRITTEN_FOR_SPEC = 2
+#: pyproject.toml requires the core that speaks it (trinity-rft>=0.3 for spec 3).
+WRITTEN_FOR_SPEC = 3
 
 INFO = BackendInfo(
     name="acme",
@@ -126,6 +127,13 @@ def trinity_supported_dtypes() -> DtypeSupport:
 def trinity_attention_implementation(dtype: str) -> AttentionChoice:
     """Spec 2: the attention kernel models are loaded with (transformers' ``attn_implementation``)."""
     return AttentionChoice("sdpa", f"Acme runs torch's scaled_dot_product_attention in {dtype}; no fused kernel yet")
+
+
+@hookimpl
+def trinity_offload_support() -> OffloadSupport:
+    """Spec 3: whether the trainer may keep parameters and optimizer state in host memory."""
+    return OffloadSupport(False, reason="Acme's runtime cannot map host memory for device kernels yet "
+                                        "(planned for Acme SDK 2); train without param_offload / optimizer_offload")
 
 
 @hookimpl
