@@ -43,7 +43,7 @@ from harness import Report, Row, one_line  # noqa: E402
 EXIT_NO_CUDA = 2
 #: Each check (``test_<name>.py`` with ``-`` as ``_``) and its time limit in seconds, in the order they run.
 CHECKS = {"backends": 120, "conformance": 300, "fsdp-trainer": 240, "hf-engine": 180, "weight-sync": 200,
-          "vllm-engine": 300, "colocate": 600}
+          "vllm-engine": 300, "colocate": 600, "offload": 300}
 
 
 def module_of(check: str) -> Path:

@@ -24,7 +24,8 @@ REPO = Path(__file__).resolve().parents[1]
 SHELL = REPO / "scripts" / "gpu_check.sh"
 SCRIPT = REPO / "scripts" / "gpu_check.py"
 GPU_TESTS = REPO / "trinity_backend_cuda" / "gpu_tests"
-CHECK_NAMES = ("backends", "conformance", "fsdp-trainer", "hf-engine", "weight-sync", "vllm-engine", "colocate")
+CHECK_NAMES = ("backends", "conformance", "fsdp-trainer", "hf-engine", "weight-sync", "vllm-engine", "colocate",
+               "offload")
 
 
 def _has_cuda() -> bool:

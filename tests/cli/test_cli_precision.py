@@ -79,3 +79,36 @@ def test_a_run_is_refused_before_ray_is_contacted(trinity: Runner, tmp_path: Pat
     assert result.returncode == 2
     assert "explorer.rollout_model.dtype: dtype float32 is not supported on the halfdev backend" in result.error_line()
     assert not (tmp_path / "ckpt").exists(), "a refused run leaves no run folder (nor its lock files) behind"
+
+
+#: A backend (computing on the CPU) whose device cannot hold the trainer's tensors in host memory.
+NO_OFFLOAD = '''
+from trinity.device import OffloadSupport
+
+
+@hookimpl
+def trinity_offload_support():
+    return OffloadSupport(False, reason="pinned host memory is not mapped into the pindev address space")
+'''
+
+OFFLOAD = ("trainer:\n  trainer_config:\n    actor_rollout_ref:\n      actor:\n        fsdp_config:\n"
+           "          param_offload: true\n      ref:\n        fsdp_config:\n          optimizer_offload: true\n")
+
+
+def test_offload_is_shown_with_the_backends_answer(trinity: Runner, tmp_path: Path) -> None:
+    result = trinity("run", "--config", str(write(tmp_path, GOOD + OFFLOAD)), "--dry-run", timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert ("offload: actor parameters, gradients and optimizer state (the device is the host: parameters and "
+            "optimizer state stay where they are)") in result.stdout
+
+
+def test_offload_a_backend_cannot_do_is_refused_with_its_reason(trinity: Runner, tmp_path: Path, site: Path) -> None:
+    add_backend(site, "pindev", priority=1, extra=NO_OFFLOAD)
+    config = write(tmp_path, GOOD + OFFLOAD)
+    result = trinity("run", "--config", str(config), "--dry-run", "--device", "pindev", timeout=60)
+    assert result.returncode == 2
+    assert result.error_line() == (
+        f"trinity: error: {config}: trainer.trainer_config: the actor ask(s) for offload (fsdp_config.param_offload "
+        "/ optimizer_offload / offload_policy), but the pindev backend cannot: pinned host memory is not mapped "
+        "into the pindev address space; set those keys false"
+    )

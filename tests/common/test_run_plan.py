@@ -194,8 +194,8 @@ def test_conflicting_and_refused_verl_keys() -> None:
                                           r"same thing differently; keep algorithm\.optimizer\.lr"):
         make_plan({f"{ACTOR}.optim.lr": 0.1})
     assert make_plan({f"{ACTOR}.optim.lr": 0.001}).trainer.optimizer.lr == 0.001
-    with pytest.raises(ConfigError, match=r"fsdp_config\.param_offload: True is not supported: CPU offloading"):
-        make_plan({f"{ACTOR}.fsdp_config.param_offload": True})
+    with pytest.raises(ConfigError, match=r"enable_activation_offload: True is not supported: activation offloading"):
+        make_plan({"trainer.trainer_config.actor_rollout_ref.model.enable_activation_offload": True})
     with pytest.raises(ConfigError, match=r"actor\.strategy: 'megatron' is not supported"):
         make_plan({f"{ACTOR}.strategy": "megatron"})
     with pytest.raises(ConfigError, match=r"unknown veRL key; did you mean 'actor_rollout_ref\.actor\.ppo_epochs'"):

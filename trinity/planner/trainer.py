@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from trinity.common.config.loader import ConfigError
-from trinity.common.config.plan.trainer import BatchingPlan, CriticPlan, OptimizerPlan, TrainerPlan
+from trinity.common.config.plan.trainer import BatchingPlan, CriticPlan, OffloadPlan, OptimizerPlan, TrainerPlan
 from trinity.common.config.schema import Config, OptimizerConfig
 from trinity.common.config.verl_keys import VerlSettings
 
@@ -45,6 +45,18 @@ def optimizer_plan(base: OptimizerConfig, mapped: dict[str, Any], where: str) ->
 
 def _prefixed(verl: VerlSettings, prefix: str) -> dict[str, Any]:
     return {k[len(prefix) :]: v[0] for k, v in verl.mapped.items() if k.startswith(prefix)}
+
+
+def offload_plan(verl: VerlSettings, owner: str) -> OffloadPlan:
+    """Return what veRL's ``fsdp_config`` keys of ``owner`` (actor, ref, critic) offload.
+
+    ``param_offload`` and FSDP2's ``offload_policy`` both put the parameters on
+    the host; with them the optimizer state is there too (the reference model has none).
+    """
+    params = bool(verl.get(f"{owner}.param_offload", False)) or bool(verl.get(f"{owner}.offload_policy", False))
+    if owner == "ref":  # no optimizer
+        return OffloadPlan(params=params)
+    return OffloadPlan(params=params, optimizer=params or bool(verl.get(f"{owner}.optimizer_offload", False)))
 
 
 def _check_agreement(config: Config, verl: VerlSettings, target: str, ours: str, value: Any) -> None:
@@ -118,6 +130,7 @@ def resolve_trainer(
             ppo_epochs=int(verl.get("critic.ppo_epochs", 1)),
             loss_agg_mode=str(verl.get("critic.loss_agg_mode", "token-mean")),
             gradient_checkpointing=bool(verl.get("critic.gradient_checkpointing", True)),
+            offload=offload_plan(verl, "critic"),
         )
         if critic.ppo_epochs != ppo_epochs:
             raise ConfigError(
@@ -149,4 +162,6 @@ def resolve_trainer(
         critic=critic,
         pack_sequences=bool(verl.get("actor.use_remove_padding", False)),
         share_prompt_prefix=bool(trainer.share_prompt_prefix),
+        offload=offload_plan(verl, "actor"),
+        reference_offload=offload_plan(verl, "ref"),
     )

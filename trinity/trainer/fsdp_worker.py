@@ -41,8 +41,9 @@ from trinity.algorithm import (
     nec_from_logits,
 )
 from trinity.common.config.plan.run import RunPlan
-from trinity.common.config.plan.trainer import OptimizerPlan
+from trinity.common.config.plan.trainer import OffloadPlan, OptimizerPlan
 from trinity.common.models.checksum import state_dict_checksum, tied_alias_sources
+from trinity.device.types import OffloadSupport
 from trinity.trainer import shared_prefix
 from trinity.trainer.batching import Rows, count_units, row_count, rows_from_wire, rows_to_wire, slice_rows
 from trinity.trainer.checkpoint import CheckpointDir, read_state
@@ -58,6 +59,7 @@ from trinity.trainer.models import (
     shard_model,
     torch_dtype,
 )
+from trinity.trainer.offload import move_optimizer_state, shard_options
 from trinity.trainer.plan import TOKEN_STATISTICS, TrainingPlan
 from trinity.utils import plugins
 from trinity.weight_transport.buckets import dtype_name
@@ -225,11 +227,11 @@ class FSDPWorker:
         model_path = self.run.model.path
         remote_code = self.run.model.trust_remote_code
 
+        support = trinity.device.offload_support() if settings.offloads else None
         actor = load_causal_lm(model_path, trust_remote_code=remote_code, attn_implementation=self.attention)
         if settings.gradient_checkpointing:
             _enable_gradient_checkpointing(actor)
-        self.actor = shard_model(actor, self.mesh, self.compute_dtype)
-        self.actor.to(self.device)
+        self.actor = self._shard(actor, settings.offload, support, "actor")
         self.actor.eval()  # no dropout in RL fine-tuning; gradients still flow
         if settings.gradient_checkpointing:
             _checkpoint_in_eval(self.actor)
@@ -239,8 +241,7 @@ class FSDPWorker:
         if self.plan.use_reference:
             reference = load_causal_lm(model_path, trust_remote_code=remote_code, attn_implementation=self.attention)
             reference.requires_grad_(False)
-            self.reference = shard_model(reference, self.mesh, self.compute_dtype)
-            self.reference.to(self.device)
+            self.reference = self._shard(reference, settings.reference_offload, support, "reference model")
             self.reference.eval()
 
         self.critic: nn.Module | None = None
@@ -255,8 +256,7 @@ class FSDPWorker:
                                       attn_implementation=self.attention)
             if critic_plan.gradient_checkpointing:
                 _enable_gradient_checkpointing(critic.backbone)
-            self.critic = shard_model(critic, self.mesh, self.compute_dtype)
-            self.critic.to(self.device)
+            self.critic = self._shard(critic, critic_plan.offload, support, "critic")
             self.critic.eval()
             if critic_plan.gradient_checkpointing:
                 _checkpoint_in_eval(self.critic)
@@ -287,6 +287,31 @@ class FSDPWorker:
             "critic": self.critic is not None,
             "assignment": self.devices.as_record(),
         }
+
+    def _shard(self, model: nn.Module, offload: OffloadPlan, support: OffloadSupport | None, owner: str) -> nn.Module:
+        """Shard ``model`` with FSDP2 on the mesh; place it on the device, or leave it on the host when offloaded."""
+        options = shard_options(offload, support, owner) if support is not None else {}
+        sharded = shard_model(model, self.mesh, self.compute_dtype, **options)
+        if not offload.params:
+            sharded.to(self.device)  # offloaded parameters stay on the host; FSDP2 brings each layer over
+        return sharded
+
+    def _optimizer_step(self, optimizer: torch.optim.Optimizer, offload: OffloadPlan) -> None:
+        """Step ``optimizer``; with optimizer offload alone its state comes to the device for the step only."""
+        if offload.optimizer and not offload.params:
+            move_optimizer_state(optimizer, self.device)
+            optimizer.step()
+            move_optimizer_state(optimizer, "cpu")
+        else:
+            optimizer.step()
+
+    def _park_optimizer_state(self) -> None:
+        """Move the state of each optimizer offloaded alone to the host (after a checkpoint load put it anywhere)."""
+        critic_offload = self.settings.critic.offload if self.settings.critic is not None else None
+        for optimizer, offload in ((self.optimizer, self.settings.offload),
+                                   (self.critic_optimizer, critic_offload)):
+            if optimizer is not None and offload is not None and offload.optimizer and not offload.params:
+                move_optimizer_state(optimizer, "cpu")
 
     def _optimizer(
         self, model: nn.Module, plan: OptimizerPlan
@@ -381,7 +406,7 @@ class FSDPWorker:
             norm = self._clip(self.actor, self.settings.grad_clip)
             grad_norms.append(norm)
             if math.isfinite(norm):
-                self.optimizer.step()
+                self._optimizer_step(self.optimizer, self.settings.offload)
             else:
                 skipped += 1
             self.optimizer.zero_grad(set_to_none=True)
@@ -597,7 +622,7 @@ class FSDPWorker:
             acc.add(metrics, tokens)
         norm = self._clip(self.critic, self.settings.critic.grad_clip)
         if math.isfinite(norm):
-            self.critic_optimizer.step()
+            self._optimizer_step(self.critic_optimizer, self.settings.critic.offload)
         self.critic_optimizer.zero_grad(set_to_none=True)
         return norm
 
@@ -755,6 +780,7 @@ class FSDPWorker:
                            optim_state_dict=loaded["optim"])
             if state.get("critic_scheduler"):
                 self.critic_scheduler.load_state_dict(state["critic_scheduler"])
+        self._park_optimizer_state()
         self.step = int(state["step"])
         return {"step": self.step, "extra": state.get("extra", {})}
 

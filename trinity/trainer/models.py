@@ -104,16 +104,17 @@ def _block_classes(model: nn.Module) -> set[str]:
     return names
 
 
-def shard_model(model: nn.Module, mesh: Any, compute_dtype: torch.dtype) -> nn.Module:
+def shard_model(model: nn.Module, mesh: Any, compute_dtype: torch.dtype, **options: Any) -> nn.Module:
     """Apply FSDP2 ``fully_shard`` to each transformer block, then to the root; return the model.
 
     Blocks are the module classes the model lists in ``_no_split_modules``.
     With a compute dtype other than float32, parameters are gathered in that
     dtype and gradients reduced in float32 (the sharded weights stay float32).
+    ``options`` go to every ``fully_shard`` call (``offload_policy``).
     """
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    kwargs: dict[str, Any] = {"mesh": mesh}
+    kwargs: dict[str, Any] = {"mesh": mesh, **options}
     if compute_dtype != torch.float32:
         kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
     blocks = _block_classes(model)

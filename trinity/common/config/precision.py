@@ -1,11 +1,13 @@
-"""The model dtype and attention kernel of a run, decided by the device backend.
+"""The model dtype, attention kernel and offload of a run, decided by the device backend.
 
 ``explorer.rollout_model.dtype`` (the engines' weights and the trainer's
 compute dtype) and each auxiliary model's ``dtype`` are checked against the
 dtypes the backend computes in; ``auto`` becomes the backend's preferred one.
 The trainer and the engines ask the backend again where they load the model,
 so a worker whose device knows better (a GPU seen from a CPU-only head node)
-has the last word.
+has the last word. A run asking for offload (veRL's ``param_offload``,
+``optimizer_offload``, ``offload_policy``) is refused here when the backend
+says its device cannot, with the backend's reason.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from trinity.device import facade
 from trinity.device.backend import AUTO_DTYPE, Backend
 from trinity.device.errors import UnsupportedDtypeError
 from trinity.device.selection import DEVICE_ENV, normalise_choice
-from trinity.device.types import AttentionChoice, DtypeSupport
+from trinity.device.types import AttentionChoice, DtypeSupport, OffloadSupport
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,9 @@ class Precision:
     support: DtypeSupport
     #: The attention kernel models are loaded with in ``dtype``.
     attention: AttentionChoice
+    #: The backend's offload answer, when the run asks for offload; with what is offloaded, per model.
+    offload: OffloadSupport | None = None
+    offloaded: tuple[str, ...] = ()
 
     def describe(self) -> list[str]:
         """Plain lines for ``trinity run --dry-run``."""
@@ -50,6 +55,9 @@ class Precision:
         ]
         if self.support.note:
             lines.append(f"dtypes: {self.support.note}")
+        if self.offload is not None:
+            lines.append(f"offload: {'; '.join(self.offloaded)}"
+                         + (f" ({self.offload.reason})" if self.offload.reason else ""))
         return lines
 
 
@@ -71,8 +79,28 @@ def resolve_precision(plan: RunPlan, backend: Backend) -> Precision:
         for index, aux in enumerate(plan.explorer.auxiliary):
             if aux.external is None:  # an external endpoint computes elsewhere
                 _check(backend, aux.dtype, f"explorer.auxiliary_models[{index}] ({aux.name})")
+    offload, offloaded = _offload(plan, backend)
     return Precision(backend=backend.name, requested=requested, dtype=dtype, support=backend.supported_dtypes(),
-                     attention=backend.attention_implementation(dtype))
+                     attention=backend.attention_implementation(dtype), offload=offload, offloaded=offloaded)
+
+
+def _offload(plan: RunPlan, backend: Backend) -> tuple[OffloadSupport | None, tuple[str, ...]]:
+    """Return the backend's offload answer and what each model offloads; ConfigError when the device cannot."""
+    trainer = plan.trainer
+    if trainer is None or not trainer.offloads:
+        return None, ()
+    models = [("actor", trainer.offload), ("reference model", trainer.reference_offload)]
+    if trainer.critic is not None:
+        models.append(("critic", trainer.critic.offload))
+    offloaded = tuple(f"{name} {offload.describe()}" for name, offload in models if offload.any)
+    support = backend.offload_support()
+    if not support.supported:
+        raise ConfigError(
+            f"trainer.trainer_config: the {' and '.join(n for n, o in models if o.any)} ask(s) for offload "
+            f"(fsdp_config.param_offload / optimizer_offload / offload_policy), but the {backend.name} backend "
+            f"cannot: {support.reason or 'no reason given'}; set those keys false"
+        )
+    return support, offloaded
 
 
 def check_named_backend(plan: RunPlan) -> None:

@@ -54,18 +54,20 @@ def _above_one(value: Any) -> bool:
 
 _FROM_MODEL = "set it in the model section (model.model_path, model.custom_chat_template, ...)"
 _MEGATRON = "Megatron-LM training is not supported; use FSDP (remove the megatron section)"
-_OFFLOAD = "CPU offloading of parameters or optimizer state is not supported yet; set it false"
+_ACTIVATION_OFFLOAD = "activation offloading is not supported; use enable_gradient_checkpointing"
 _ULYSSES = "Ulysses sequence parallelism is not supported; set it to 1"
 _SPEED = "a veRL speed switch; results here are the same without it"
 _STRATEGY = "only FSDP training is supported; use fsdp or fsdp2"
 _OPTIM_HERE = "the FSDP trainer's optimizer is algorithm.optimizer"
 
 
-def _fsdp_config(prefix: str) -> dict[str, VerlKey]:
+def _fsdp_config(prefix: str, owner: str) -> dict[str, VerlKey]:
+    optimizer: VerlKey = (_map(f"{owner}.optimizer_offload") if owner != "ref"
+                          else _inert("the reference model has no optimizer"))
     return {
-        f"{prefix}.fsdp_config.param_offload": _refuse(_OFFLOAD, _truthy),
-        f"{prefix}.fsdp_config.optimizer_offload": _refuse(_OFFLOAD, _truthy),
-        f"{prefix}.fsdp_config.offload_policy": _refuse(_OFFLOAD, _truthy),
+        f"{prefix}.fsdp_config.param_offload": _map(f"{owner}.param_offload"),
+        f"{prefix}.fsdp_config.optimizer_offload": optimizer,
+        f"{prefix}.fsdp_config.offload_policy": _map(f"{owner}.offload_policy"),
         f"{prefix}.fsdp_config.reshard_after_forward": _inert("FSDP2 always reshards after forward here (memory)"),
         f"{prefix}.fsdp_config.wrap_policy.min_num_params": _inert("every decoder layer is its own FSDP unit here"),
         f"{prefix}.fsdp_config.fsdp_size": _refuse(
@@ -108,7 +110,7 @@ VERL_KEYS: dict[str, VerlKey] = {
     f"{_ARR}.model.use_remove_padding": _map("actor.use_remove_padding"),
     f"{_ARR}.model.use_fused_kernels": _inert(_SPEED),
     f"{_ARR}.model.fused_kernel_options.impl_backend": _inert(_SPEED),
-    f"{_ARR}.model.enable_activation_offload": _refuse(_OFFLOAD, _truthy),
+    f"{_ARR}.model.enable_activation_offload": _refuse(_ACTIVATION_OFFLOAD, _truthy),
     f"{_ARR}.model.use_shm": _inert(_SPEED),
     f"{_ARR}.model.lora_rank": _refuse("LoRA is not supported yet; set 0", _truthy),
     **{f"{_ARR}.model.{k}": _inert("LoRA settings (LoRA is off)") for k in ("lora_alpha", "target_modules",
@@ -131,7 +133,7 @@ VERL_KEYS: dict[str, VerlKey] = {
     f"{_ARR}.actor.checkpoint.save_contents": _inert("checkpoints always hold the model, optimizer and run state; "
                                                      "Hugging Face exports follow trainer.save_hf_checkpoint"),
     **_optim(f"{_ARR}.actor", "actor"),
-    **_fsdp_config(f"{_ARR}.actor"),
+    **_fsdp_config(f"{_ARR}.actor", "actor"),
     f"{_ARR}.actor.megatron": _refuse(_MEGATRON),
     f"{_ARR}.actor.profile": _inert("profiling is not wired to veRL's profiler here"),
     f"{_ARR}.actor.profiler": _inert("profiling is not wired to veRL's profiler here"),
@@ -160,7 +162,7 @@ VERL_KEYS: dict[str, VerlKey] = {
     f"{_ARR}.ref.entropy_checkpointing": _inert(_SPEED),
     f"{_ARR}.ref.checkpoint.load_contents": _inert("the reference model is never checkpointed (it is frozen)"),
     f"{_ARR}.ref.checkpoint.save_contents": _inert("the reference model is never checkpointed (it is frozen)"),
-    **_fsdp_config(f"{_ARR}.ref"),
+    **_fsdp_config(f"{_ARR}.ref", "ref"),
     f"{_ARR}.ref.megatron": _refuse(_MEGATRON),
     f"{_ARR}.ref.profile": _inert("profiling is not wired to veRL's profiler here"),
     f"{_ARR}.ref.profiler": _inert("profiling is not wired to veRL's profiler here"),
@@ -179,7 +181,7 @@ VERL_KEYS: dict[str, VerlKey] = {
                                                              "rope_scaling", "rope_theta")},
     "critic.model.enable_gradient_checkpointing": _map("critic.gradient_checkpointing"),
     "critic.model.use_remove_padding": _inert(_SPEED),
-    **_fsdp_config("critic.model"),
+    **_fsdp_config("critic.model", "critic"),
     "critic.ppo_mini_batch_size": _inert("upstream sets it to buffer.train_batch_size"),
     "critic.ppo_micro_batch_size": _refuse("use ppo_micro_batch_size_per_gpu", _truthy),
     "critic.ppo_micro_batch_size_per_gpu": _map("critic.micro_batch_size"),

@@ -79,6 +79,27 @@ class BatchingPlan:
 
 
 @dataclass(frozen=True)
+class OffloadPlan:
+    """Which of a model's tensors wait in host memory between uses (veRL's ``fsdp_config`` offload keys)."""
+
+    #: Parameters (and so gradients and optimizer state) live on the host; FSDP2 brings each layer to the device.
+    params: bool = False
+    #: Optimizer state lives on the host between optimizer steps.
+    optimizer: bool = False
+
+    @property
+    def any(self) -> bool:
+        """Whether anything is offloaded."""
+        return self.params or self.optimizer
+
+    def describe(self) -> str:
+        """One phrase for the plan: what is offloaded."""
+        if self.params:
+            return "parameters, gradients and optimizer state" if self.optimizer else "parameters"
+        return "optimizer state between steps" if self.optimizer else "nothing"
+
+
+@dataclass(frozen=True)
 class CriticPlan:
     """The critic (value model) of PPO."""
 
@@ -100,6 +121,8 @@ class CriticPlan:
     loss_agg_mode: str
     #: Recompute activations in backward (memory for speed).
     gradient_checkpointing: bool
+    #: What waits in host memory between uses.
+    offload: OffloadPlan = OffloadPlan()
 
 
 @dataclass(frozen=True)
@@ -145,3 +168,12 @@ class TrainerPlan:
     pack_sequences: bool = False
     #: Run each micro-batch's distinct prompt prefixes once (:mod:`trinity.trainer.shared_prefix`).
     share_prompt_prefix: bool = True
+    #: What of the actor waits in host memory between uses.
+    offload: OffloadPlan = OffloadPlan()
+    #: What of the reference model waits in host memory between uses (its parameters only).
+    reference_offload: OffloadPlan = OffloadPlan()
+
+    @property
+    def offloads(self) -> bool:
+        """Whether any model of the trainer offloads to host memory."""
+        return self.offload.any or self.reference_offload.any or (self.critic is not None and self.critic.offload.any)
