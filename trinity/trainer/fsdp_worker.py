@@ -293,7 +293,11 @@ class FSDPWorker:
         options = shard_options(offload, support, owner) if support is not None else {}
         sharded = shard_model(model, self.mesh, self.compute_dtype, **options)
         if not offload.params:
-            sharded.to(self.device)  # offloaded parameters stay on the host; FSDP2 brings each layer over
+            sharded.to(self.device)
+        else:  # the parameters stay on the host (FSDP2 brings each layer over); buffers are not FSDP2's: moved here
+            for module in sharded.modules():
+                for name, buffer in module.named_buffers(recurse=False):
+                    module._buffers[name] = buffer.to(self.device)
         return sharded
 
     def _optimizer_step(self, optimizer: torch.optim.Optimizer, offload: OffloadPlan) -> None:
