@@ -233,15 +233,15 @@ def _metadata_only_wheel(folder: Path, name: str, version: str) -> Path:
 
 
 @pytest.mark.slow
-def test_a_spec_2_backend_is_refused_at_install_by_an_older_core(clean_venv: CleanVenv, tmp_path: Path) -> None:
-    """pip, not the loader, keeps the example (spec 2) off trinity-rft 0.1, which speaks spec 1 only."""
-    older_core = _metadata_only_wheel(tmp_path, "trinity-rft", "0.1.0")
+def test_a_spec_3_backend_is_refused_at_install_by_an_older_core(clean_venv: CleanVenv, tmp_path: Path) -> None:
+    """pip, not the loader, keeps the example (spec 3) off trinity-rft 0.2, which speaks specs 1 and 2 only."""
+    older_core = _metadata_only_wheel(tmp_path, "trinity-rft", "0.2.0")
     env_dir = tmp_path / "old-core"
     venv.EnvBuilder(with_pip=False).create(env_dir)
     python = str(env_dir / "bin" / "python")
     _ok(_run([*clean_venv.pip, "--python", python, "install", "-q", "--no-index", str(older_core)]))
     done = _run([*clean_venv.pip, "--python", python, "install", "--no-index", str(clean_venv.acme_wheel)])
     assert done.returncode != 0, done.stdout
-    assert "trinity-rft<0.3,>=0.2" in done.stdout + done.stderr, done.stderr
+    assert "trinity-rft<0.4,>=0.3" in done.stdout + done.stderr, done.stderr
     listed = _run([*clean_venv.pip, "--python", python, "list", "--format=freeze"])
     assert "trinity-backend-acme" not in listed.stdout
