@@ -24,6 +24,14 @@ TRAINED = re.compile(r"train step (\d+): \d+ experiences of groups (.+?), model 
 LIMIT = 2
 
 
+def pool_uses(path: Path) -> dict[str, int]:
+    """Return the uses the replay pool's file records, by group id (read with plain sqlite3)."""
+    with closing(sqlite3.connect(path)) as db:
+        return dict(db.execute(
+            "SELECT g.group_id, COUNT(u.id) FROM replay_groups g JOIN replay_uses u ON u.entry = g.id "
+            "GROUP BY g.group_id").fetchall())
+
+
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from trinity.common.models.tiny import build_tiny_model
@@ -69,11 +77,8 @@ def test_replay_reuses_groups_by_priority_within_their_limit(
     assert len(uses) == explored, f"every explored group is trained: {uses}"
     assert max(uses.values()) <= LIMIT, f"a group trained more often than use_count_limit allows: {uses}"
 
-    with closing(sqlite3.connect(run_dir / "buffer" / "experience.replay.sqlite")) as db:
-        pool_uses = dict(db.execute(
-            "SELECT g.group_id, COUNT(u.id) FROM replay_groups g JOIN replay_uses u ON u.entry = g.id "
-            "GROUP BY g.group_id").fetchall())
-    assert pool_uses == uses  # the pool's file records exactly the uses the trainer trained
+    # the pool's file records exactly the uses the trainer trained
+    assert pool_uses(run_dir / "buffer" / "experience.replay.sqlite") == uses
 
     train = [r for r in records(run_dir) if r["phase"] == "train"]
     assert [r["step"] for r in train] == sorted(trained)
@@ -110,17 +115,10 @@ def test_a_resumed_run_keeps_the_replay_pool_of_its_checkpoint_with_a_queue_buff
         )
 
     pool_file = tmp_path / "ckpt" / "e2e" / "run" / "buffer" / "experience.replay.sqlite"
-
-    def pool_uses() -> dict[str, int]:
-        with closing(sqlite3.connect(pool_file)) as db:
-            return dict(db.execute(
-                "SELECT g.group_id, COUNT(u.id) FROM replay_groups g JOIN replay_uses u ON u.entry = g.id "
-                "GROUP BY g.group_id").fetchall())
-
     assert run_plan(resolve_run(parse_config(config(2)))) == 0
-    first = pool_uses()
+    first = pool_uses(pool_file)
     assert len(first) == 4 and set(first.values()) == {1}  # fresh groups rank first: none reused yet
     assert run_plan(resolve_run(parse_config(config(4)))) == 0  # resumes from step 2's checkpoint
-    second = pool_uses()
+    second = pool_uses(pool_file)
     assert {g: second.get(g) for g in first} == first, "the resumed run started with an empty pool"
     assert len(second) == 8
