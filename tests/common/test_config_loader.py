@@ -84,7 +84,7 @@ def test_missing_environment_variable_without_default(tmp_path: Path, monkeypatc
     ({"trainer.trainer_strategy": "megatron"}, r"'megatron' is not supported: Megatron-LM training is not supported"),
     ({"trainer.ulysses_sequence_parallel_size": 2}, r"^trainer\.ulysses_sequence_parallel_size: 2 is not supported"),
     ({"synchronizer.sync_style": "whenever"}, r"^synchronizer\.sync_style: 'whenever' is not one of fixed, "),
-    ({"model.lora_configs": [{"lora_rank": 8}]}, r"^model\.lora_configs: list .* is not supported: LoRA"),
+    ({"model.lora_configs": [{"lora_rnak": 8}]}, r"^model\.lora_configs\[0\]\.lora_rnak: unknown key; did you mean"),
     ({"buffer.explorer_input.taskset.format.image_key": "img"}, r"multimodal data is not supported"),
     ({"mode": "explore_all"}, r"^mode: 'explore_all' is not one of both, colocate, explore, train, bench, serve$"),
     ({"algorithm.optimizer.lr_scheduler_type": "linear"}, r"is not one of constant, cosine$"),

@@ -93,6 +93,9 @@ def render_plan(plan: RunPlan, layout: Layout, backend_line: str, warnings: Sequ
             + (f"; stop after {trainer.total_steps} steps" if trainer.total_steps else ""),
             *([f"critic: {trainer.critic.optimizer.describe()}, value clip {trainer.critic.cliprange_value:g}"]
               if trainer.critic else []),
+            *([f"LoRA: {trainer.lora.describe()}; the base model frozen"
+               + ("; reference: the base (adapters off)" if plan.algorithm.use_reference else "")
+               + "; engines get merged weights; checkpoints hold the adapters"] if trainer.lora else []),
         ])
     if plan.uses_explorer:
         explorer = plan.explorer

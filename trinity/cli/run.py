@@ -49,10 +49,13 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     convert.add_argument("checkpoint", metavar="CHECKPOINT", help="a checkpoint step folder or a run folder")
     convert.add_argument("output", metavar="OUTPUT", help="the Hugging Face folder to write")
     convert.add_argument("--model-path", default=None, help="the run's original model folder, when the "
-                         "checkpoint lacks its config/tokenizer copy")
+                         "checkpoint lacks its config/tokenizer copy (or, for a LoRA run, the base model is no "
+                         "longer where the run found it)")
     convert.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
                          help="dtype of the written weights (default: the run's model.dtype)")
     convert.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists")
+    convert.add_argument("--adapter", action="store_true", help="a LoRA run: write its adapters as a PEFT "
+                         "adapter folder instead of the merged model")
     convert.set_defaults(handler=cmd_convert)
 
 
@@ -91,7 +94,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
     from trinity.manager.checkpoint_converter import convert_checkpoint
 
     out = convert_checkpoint(
-        args.checkpoint, args.output, model_path=args.model_path, dtype=args.dtype, overwrite=args.overwrite
+        args.checkpoint, args.output, model_path=args.model_path, dtype=args.dtype, overwrite=args.overwrite,
+        adapter=args.adapter,
     )
     print(f"wrote {out}")
     return 0

@@ -9,6 +9,11 @@ number of ranks. The result, written atomically (a temporary folder beside
 the output, then renamed), holds ``config.json``, ``model.safetensors``,
 the generation config and the tokenizer, and loads with
 ``AutoModelForCausalLM.from_pretrained``.
+
+A LoRA run's checkpoint holds its adapters only: conversion reads the base
+model the run started from (the recorded ``model_path``, or ``--model-path``)
+and writes the merged weights, or with ``adapter=True`` the adapters as a PEFT
+adapter folder (``adapter_config.json`` + ``adapter_model.safetensors``).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import shutil
 import tempfile
 import warnings
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -55,15 +61,16 @@ def convert_checkpoint(
     dtype: str | None = None,
     overwrite: bool = False,
     check: bool = True,
+    adapter: bool = False,
 ) -> Path:
     """Write the actor of ``checkpoint`` (a ``step-N`` folder, or a checkpoint root: its latest) to ``output``.
 
     ``dtype`` (``float32``/``bfloat16``/``float16``) defaults to the run's
     ``model.dtype``. ``model_path`` is used for config and tokenizer only when the
     checkpoint carries none. With ``check`` the checkpoint's files are first
-verified against its manifest. Returns ``output``. Raises :class:`ConversionError`.
+verified against its manifest. ``adapter`` writes a LoRA checkpoint's adapters as
+    a PEFT adapter folder instead of merged weights. Returns ``output``. Raises :class:`ConversionError`.
     """
-    from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
     from transformers import AutoConfig, AutoModelForCausalLM
 
     try:
@@ -88,26 +95,29 @@ verified against its manifest. Returns ``output``. Raises :class:`ConversionErro
     if dtype_name not in _DTYPES:
         raise ConversionError(f"unknown dtype {dtype_name!r}; use one of {', '.join(_DTYPES)}")
 
+    record = state.get("lora")
+    if adapter and not record:
+        raise ConversionError(f"{folder}: --adapter exports a LoRA run's adapters, but this checkpoint holds the "
+                              "full model; convert it without --adapter")
     config = AutoConfig.from_pretrained(support)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)  # type: ignore[no-untyped-call]
-    weights = {"model": model.state_dict()}
-    try:
-        with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
-            warnings.filterwarnings("ignore", message=".*single process.*")
-            dcp_load(weights, checkpoint_id=str(folder / "actor"), no_dist=True)
-    except Exception as exc:
-        raise ConversionError(f"{folder}: cannot read the actor weights: {type(exc).__name__}: {exc}") from exc
-    missing, unexpected = model.load_state_dict(weights["model"], strict=False)
-    if missing or unexpected:
-        raise ConversionError(
-            f"{folder}: the weights do not fit {config.model_type} (missing {sorted(missing)[:5]}, "
-            f"unexpected {sorted(unexpected)[:5]})"
-        )
+    if record:
+        base = _base_model_folder(folder, state, model_path)
+        model = _lora_model(folder, base, record, merged=not adapter)
+        if adapter:
+            return _write_atomically(target, lambda staging: _write_adapter(model, record, base, staging))
+    else:
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)  # type: ignore[no-untyped-call]
+        weights = {"model": model.state_dict()}
+        _dcp_read(folder, weights)
+        missing, unexpected = model.load_state_dict(weights["model"], strict=False)
+        if missing or unexpected:
+            raise ConversionError(
+                f"{folder}: the weights do not fit {config.model_type} (missing {sorted(missing)[:5]}, "
+                f"unexpected {sorted(unexpected)[:5]})"
+            )
     model.to(_DTYPES[dtype_name])
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-    try:
+    def write(staging: Path) -> None:
         model.save_pretrained(staging)
         for file in sorted(support.iterdir()):
             if not file.is_file() or file.name == "config.json" or file.name.endswith((".safetensors", ".bin")):
@@ -115,6 +125,70 @@ verified against its manifest. Returns ``output``. Raises :class:`ConversionErro
             if file.name.endswith(".index.json"):
                 continue
             shutil.copy2(file, staging / file.name)  # tokenizer, chat template, generation config
+
+    return _write_atomically(target, write)
+
+
+def _dcp_read(folder: Path, weights: dict[str, Any]) -> None:
+    from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
+
+    try:
+        with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
+            warnings.filterwarnings("ignore", message=".*single process.*")
+            dcp_load(weights, checkpoint_id=str(folder / "actor"), no_dist=True)
+    except Exception as exc:
+        raise ConversionError(f"{folder}: cannot read the actor weights: {type(exc).__name__}: {exc}") from exc
+
+
+def _base_model_folder(folder: Path, state: dict[str, Any], model_path: str | None) -> Path:
+    for candidate in (model_path, state.get("model_path")):
+        if isinstance(candidate, str) and candidate and (Path(candidate) / "config.json").is_file():
+            return Path(candidate)
+    raise ConversionError(
+        f"{folder}: a LoRA checkpoint holds the adapters only, and the base model it was trained on "
+        f"({state.get('model_path')}) is not a local folder; pass --model-path pointing at that model"
+    )
+
+
+def _lora_model(folder: Path, base: Path, record: dict[str, Any], *, merged: bool) -> Any:
+    """The base model with the checkpoint's adapters: merged into its weights, or (not ``merged``) still apart."""
+    from transformers import AutoModelForCausalLM
+
+    from trinity.trainer import lora
+
+    plan = lora.plan_from_record(record)
+    with_adapters = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    try:
+        lora.inject(with_adapters, plan)
+    except lora.LoraError as exc:
+        raise ConversionError(f"{folder}: {exc}") from None
+    adapters = {name: value for name, value in with_adapters.state_dict().items() if lora.is_adapter(name)}
+    weights = {"model": adapters}
+    _dcp_read(folder, weights)
+    with_adapters.load_state_dict(weights["model"], strict=False)
+    if not merged:
+        return with_adapters
+    merged_weights = lora.merged_state(with_adapters.state_dict(), plan.scaling)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    missing, unexpected = model.load_state_dict(merged_weights, strict=False)
+    if missing or unexpected:
+        raise ConversionError(f"{folder}: the merged weights do not fit {base} (missing {sorted(missing)[:5]}, "
+                              f"unexpected {sorted(unexpected)[:5]})")
+    return model
+
+
+def _write_adapter(model: Any, record: dict[str, Any], base: Path, staging: Path) -> None:
+    from trinity.trainer import lora
+
+    lora.write_adapter_folder(staging, model.state_dict(), lora.plan_from_record(record), str(base))
+
+
+def _write_atomically(target: Path, write: Any) -> Path:
+    """Run ``write(staging)`` on a temporary folder beside ``target``, then put it in ``target``'s place."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    try:
+        write(staging)
         if target.exists():
             aside = target.parent / f".{target.name}.old-{os.getpid()}"
             os.replace(target, aside)

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import math
+from pathlib import Path
 from typing import Any
 
 from trinity.common.config.loader import ConfigError
-from trinity.common.config.plan.trainer import BatchingPlan, CriticPlan, OffloadPlan, OptimizerPlan, TrainerPlan
+from trinity.common.config.plan.trainer import (
+    BatchingPlan,
+    CriticPlan,
+    LoraPlan,
+    OffloadPlan,
+    OptimizerPlan,
+    TrainerPlan,
+)
 from trinity.common.config.schema import Config, OptimizerConfig
+from trinity.common.config.schema.model import LoraConfig
 from trinity.common.config.verl_keys import VerlSettings
 
 
@@ -45,6 +56,63 @@ def optimizer_plan(base: OptimizerConfig, mapped: dict[str, Any], where: str) ->
 
 def _prefixed(verl: VerlSettings, prefix: str) -> dict[str, Any]:
     return {k[len(prefix) :]: v[0] for k, v in verl.mapped.items() if k.startswith(prefix)}
+
+
+def _modules(value: Any) -> str | tuple[str, ...] | None:
+    if value is None or isinstance(value, str):
+        return value
+    return tuple(str(v) for v in value)
+
+
+def _adapter_folder_plan(entry: LoraConfig, where: str) -> LoraPlan:
+    """The plan of an adapter that starts from the PEFT folder ``entry.path``: its own rank, alpha and targets."""
+    folder = Path(str(entry.path)).expanduser()
+    config_file = folder / "adapter_config.json"
+    if not config_file.is_file():
+        raise ConfigError(f"{where}.path: {folder} holds no adapter_config.json; point it at a PEFT LoRA adapter "
+                          "folder (as `trinity convert --adapter` writes), or remove path to train a fresh adapter")
+    try:
+        saved = json.loads(config_file.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{where}.path: cannot read {config_file}: {exc}") from None
+    if str(saved.get("peft_type", "LORA")).upper() != "LORA":
+        raise ConfigError(f"{where}.path: {folder} is a {saved.get('peft_type')} adapter; only LoRA is supported")
+    for key, why in (("use_dora", "DoRA"), ("use_rslora", "rank-stabilised scaling")):
+        if saved.get(key):
+            raise ConfigError(f"{where}.path: the adapter in {folder} uses {why} ({key}: true), which is not "
+                              "supported; use a plain LoRA adapter")
+    if str(saved.get("bias", "none")) != "none":
+        raise ConfigError(f"{where}.path: the adapter in {folder} trains biases (bias: {saved.get('bias')!r}); "
+                          "only bias: none is supported")
+    return LoraPlan(rank=int(saved["r"]), alpha=float(saved.get("lora_alpha", saved["r"])),
+                    target_modules=_modules(saved.get("target_modules")) or "all-linear",
+                    exclude_modules=_modules(saved.get("exclude_modules")), adapter_path=str(folder),
+                    name=entry.name or "lora")
+
+
+def lora_plan(config: Config) -> LoraPlan | None:
+    """Return the LoRA adapter of ``model.lora_configs`` (None without one); ConfigError when it cannot be trained."""
+    entries = config.model.lora_configs
+    if not entries:
+        return None
+    if len(entries) > 1:
+        raise ConfigError(f"model.lora_configs: {len(entries)} adapters given; one is supported (as upstream): "
+                          "keep one entry")
+    entry, where = entries[0], "model.lora_configs[0]"
+    if importlib.util.find_spec("peft") is None:
+        raise ConfigError(f"{where}: LoRA needs the peft package, which is not installed; "
+                          "run pip install 'trinity-rft[lora]'")
+    if entry.path:
+        return _adapter_folder_plan(entry, where)
+    if entry.lora_rank < 1:
+        raise ConfigError(f"{where}.lora_rank: must be at least 1, got {entry.lora_rank}")
+    if entry.lora_alpha <= 0:
+        raise ConfigError(f"{where}.lora_alpha: must be positive, got {entry.lora_alpha}")
+    targets = _modules(entry.target_modules)
+    if not targets:
+        raise ConfigError(f"{where}.target_modules: empty; use all-linear or name the modules (q_proj, v_proj, ...)")
+    return LoraPlan(rank=int(entry.lora_rank), alpha=float(entry.lora_alpha), target_modules=targets,
+                    exclude_modules=_modules(entry.exclude_modules), name=entry.name or "lora")
 
 
 def offload_plan(verl: VerlSettings, owner: str) -> OffloadPlan:
@@ -164,4 +232,5 @@ def resolve_trainer(
         share_prompt_prefix=bool(trainer.share_prompt_prefix),
         offload=offload_plan(verl, "actor"),
         reference_offload=offload_plan(verl, "ref"),
+        lora=lora_plan(config),
     )

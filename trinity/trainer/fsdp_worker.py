@@ -44,7 +44,7 @@ from trinity.common.config.plan.run import RunPlan
 from trinity.common.config.plan.trainer import OffloadPlan, OptimizerPlan
 from trinity.common.models.checksum import state_dict_checksum, tied_alias_sources
 from trinity.device.types import OffloadSupport
-from trinity.trainer import shared_prefix
+from trinity.trainer import lora, shared_prefix
 from trinity.trainer.batching import Rows, count_units, row_count, rows_from_wire, rows_to_wire, slice_rows
 from trinity.trainer.checkpoint import CheckpointDir, read_state
 from trinity.trainer.models import (
@@ -181,7 +181,7 @@ class FSDPWorker:
         self._shared_sources: dict[str, torch.Tensor] = {}
         self._shared_key: tuple[Any, ...] = ()
         #: ``gather_weights(stream=True)`` with two or more ranks: the sharded tensors to gather, and their metas.
-        self._stream_entries: list[tuple[str, torch.Tensor]] | None = None
+        self._stream_entries: list[tuple[lora.ExportEntry, dict[str, torch.Tensor]]] | None = None
         self._stream_metas: list[TensorMeta] = []
         self._weight_sync: Any = None
         #: Models (by id) whose micro-batches run their shared prompt prefixes once.
@@ -229,6 +229,9 @@ class FSDPWorker:
 
         support = trinity.device.offload_support() if settings.offloads else None
         actor = load_causal_lm(model_path, trust_remote_code=remote_code, attn_implementation=self.attention)
+        self.trainable_params = sum(p.numel() for p in actor.parameters())
+        if settings.lora is not None:
+            self.trainable_params = lora.inject(actor, settings.lora)
         if settings.gradient_checkpointing:
             _enable_gradient_checkpointing(actor)
         self.actor = self._shard(actor, settings.offload, support, "actor")
@@ -238,7 +241,9 @@ class FSDPWorker:
         self.optimizer, self.scheduler = self._optimizer(self.actor, settings.optimizer)
 
         self.reference: nn.Module | None = None
-        if self.plan.use_reference:
+        #: With LoRA the reference model is the actor with its adapters off (the base), not a second model.
+        self.reference_is_base = self.plan.use_reference and settings.lora is not None
+        if self.plan.use_reference and not self.reference_is_base:
             reference = load_causal_lm(model_path, trust_remote_code=remote_code, attn_implementation=self.attention)
             reference.requires_grad_(False)
             self.reference = self._shard(reference, settings.reference_offload, support, "reference model")
@@ -283,7 +288,8 @@ class FSDPWorker:
             "device": str(self.device),
             "local_params": int(params),
             "use_torch_compile": self.use_torch_compile,
-            "reference": self.reference is not None,
+            "reference": self.reference is not None or self.reference_is_base,
+            "trainable_params": int(self.trainable_params),
             "critic": self.critic is not None,
             "assignment": self.devices.as_record(),
         }
@@ -367,9 +373,7 @@ class FSDPWorker:
                 if "nec" in statistics:
                     out["nec"][where, :length] = self._per_token(logits, mb, nec_from_logits).cpu()
             if "ref_logprobs" in out:
-                if self.reference is None:
-                    raise RuntimeError("ref_logprobs asked for, but this trainer has no reference model")
-                logprobs, _, _ = self._token_logprobs(self.reference, mb, False)
+                logprobs = self._reference_logprobs(mb)
                 out["ref_logprobs"][where, :length] = logprobs.float().cpu()
             if "values" in out:
                 if self.critic is None:
@@ -377,6 +381,15 @@ class FSDPWorker:
                 values = self.critic(ids, mask)[:, :-1]
                 out["values"][where, :length] = values.float().cpu()
         return rows_to_wire(out)
+
+    def _reference_logprobs(self, mb: Rows) -> torch.Tensor:
+        """The reference model's token log-probs of the micro-batch: the base's (adapters off) in a LoRA run."""
+        if self.reference_is_base:
+            with lora.adapters_off(self.actor):
+                return self._token_logprobs(self.actor, mb, False)[0]
+        if self.reference is None:
+            raise RuntimeError("ref_logprobs asked for, but this trainer has no reference model")
+        return self._token_logprobs(self.reference, mb, False)[0]
 
     def update(self, rows: Rows, units: dict[str, int], cuts: Sequence[slice],  # noqa: PLR0917 - Ray calls
                critic_cuts: Sequence[slice] = (), global_step: int = 1,
@@ -662,6 +675,9 @@ class FSDPWorker:
     # -- state dicts -----------------------------------------------------------------------
 
     def _export_dtype(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The weights as engines get them: merged with the adapters of a LoRA run, in the compute dtype."""
+        if self.settings.lora is not None:
+            state = lora.merged_state(state, self.settings.lora.scaling)
         if self.compute_dtype == torch.float32:
             return state
         return {k: v.to(self.compute_dtype) if v.is_floating_point() else v for k, v in state.items()}
@@ -713,6 +729,22 @@ class FSDPWorker:
         }
         return {"state": state, "lr": float(self.scheduler.get_last_lr()[0]), "step": self.step}
 
+    def memory_report(self) -> dict[str, int]:
+        """This rank's share of the actor: trainable parameters (whole model), and the bytes of its local shards
+        of parameters and of optimizer state (0 before the first step creates the state)."""
+        from torch.distributed.tensor import DTensor
+
+        def local_bytes(value: Any) -> int:
+            if not isinstance(value, torch.Tensor):
+                return 0
+            local = value.to_local() if isinstance(value, DTensor) else value
+            return int(local.numel() * local.element_size())
+
+        optimizer_bytes = sum(local_bytes(v) for entry in self.optimizer.state.values() for v in entry.values())
+        return {"trainable_params": int(self.trainable_params),
+                "parameter_bytes": sum(local_bytes(p) for p in self.actor.parameters()),
+                "optimizer_state_bytes": optimizer_bytes}
+
     # -- checkpoints -----------------------------------------------------------------------
 
     def save_checkpoint(self, extra: dict[str, Any] | None = None) -> str | None:
@@ -731,7 +763,7 @@ class FSDPWorker:
                 shutil.copy2(file, staging / "hf" / file.name)
         dist.barrier()
         staging = self.checkpoints.staging_path(self.step)
-        model_state, optim_state = get_state_dict(self.actor, self.optimizer)
+        model_state, optim_state = self._actor_checkpoint_state()
         dcp_save({"model": model_state, "optim": optim_state}, checkpoint_id=str(staging / "actor"))
         if self.critic is not None:
             assert self.critic_optimizer is not None
@@ -747,6 +779,7 @@ class FSDPWorker:
                 "model_path": self.run.model.path,
                 "dtype": self.dtype_name,
                 "critic": self.critic is not None,
+                "lora": lora.plan_record(self.settings.lora) if self.settings.lora is not None else None,
                 "scheduler": self.scheduler.state_dict(),
                 "critic_scheduler": self.critic_scheduler.state_dict() if self.critic_scheduler else None,
                 "extra": extra or {},
@@ -756,6 +789,21 @@ class FSDPWorker:
             committed = str(path)
         dist.barrier()
         return committed
+
+    def _actor_state_options(self) -> Any:
+        """State-dict options of the actor's checkpoint: a LoRA run's holds the adapters (the base is its model)."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+        return StateDictOptions(ignore_frozen_params=self.settings.lora is not None)
+
+    def _actor_checkpoint_state(self) -> tuple[dict[str, Any], Any]:
+        """The actor's model and optimizer state as its checkpoint holds them (a LoRA run's: adapters only)."""
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        model_state, optim_state = get_state_dict(self.actor, self.optimizer, options=self._actor_state_options())
+        if self.settings.lora is not None:  # a tied weight's second name survives ignore_frozen_params
+            model_state = {name: value for name, value in model_state.items() if lora.is_adapter(name)}
+        return model_state, optim_state
 
     def load_checkpoint(self, path: str) -> dict[str, Any]:
         """Restore weights, optimizer, schedulers and step from the checkpoint folder ``path`` (collective).
@@ -768,10 +816,20 @@ class FSDPWorker:
         self._check_ready()
         folder = Path(path)
         state = read_state(folder)
-        model_state, optim_state = get_state_dict(self.actor, self.optimizer)
+        if bool(state.get("lora")) != (self.settings.lora is not None):
+            kind = "a LoRA adapter" if state.get("lora") else "the full model"
+            raise RuntimeError(f"{folder} holds {kind}, but this run trains "
+                               f"{'a LoRA adapter' if self.settings.lora is not None else 'the full model'}; "
+                               "resume with the model.lora_configs the checkpoint was written with")
+        from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+        # a LoRA checkpoint's model part is the adapters (DCP's load fails if one is missing): the base is not loaded
+        options = StateDictOptions(strict=self.settings.lora is None)
+        model_state, optim_state = self._actor_checkpoint_state()
         loaded: dict[str, Any] = {"model": model_state, "optim": optim_state}
         dcp_load(loaded, checkpoint_id=str(folder / "actor"))
-        set_state_dict(self.actor, self.optimizer, model_state_dict=loaded["model"], optim_state_dict=loaded["optim"])
+        set_state_dict(self.actor, self.optimizer, model_state_dict=loaded["model"], optim_state_dict=loaded["optim"],
+                       options=options)
         self.scheduler.load_state_dict(state["scheduler"])
         if self.critic is not None:
             assert self.critic_optimizer is not None and self.critic_scheduler is not None
@@ -824,13 +882,14 @@ class FSDPWorker:
         self._check_ready()
         aliases = self._tied_aliases()  # the engines tie them too: the first name carries the tensor
         if stream and self.world_size > 1:
-            self._stream_entries = [
-                (name, value) for name, value in self.actor.state_dict().items() if name not in aliases
-            ]
-            metas = [
-                TensorMeta(name, dtype_name(self._export_dtype_of(value)), tuple(int(n) for n in value.shape))
-                for name, value in self._stream_entries
-            ]
+            live = self.actor.state_dict()
+            self._stream_entries = [(entry, {name: live[name] for name in entry.sources})
+                                    for entry in self._export_entries(live) if entry.name not in aliases]
+            metas = []
+            for entry, sources in self._stream_entries:
+                base = sources[entry.source]
+                metas.append(TensorMeta(entry.name, dtype_name(self._export_dtype_of(base)),
+                                        tuple(int(n) for n in base.shape)))
             self._stream_metas = metas
             return metas if self.rank == 0 else None
         self._stream_entries = None
@@ -874,16 +933,25 @@ class FSDPWorker:
         }
         return self._export_dtype(state)
 
+    def _export_entries(self, state: dict[str, torch.Tensor]) -> list[lora.ExportEntry]:
+        """The tensors engines get, each with the state-dict entries it is made of (adapters merged in LoRA)."""
+        if self.settings.lora is not None:
+            return lora.export_entries(state)
+        return [lora.ExportEntry(name, name) for name in state]
+
     def _export_dtype_of(self, value: torch.Tensor) -> torch.dtype:
         return self.compute_dtype if value.is_floating_point() else value.dtype
 
-    def _gathered_tensors(self, entries: list[tuple[str, torch.Tensor]]) -> Iterator[torch.Tensor]:
-        """Yield each entry's full tensor in the export dtype, gathering a sharded one (collective, in order)."""
+    def _gathered_tensors(self, entries: list[tuple[lora.ExportEntry, dict[str, torch.Tensor]]]
+                          ) -> Iterator[torch.Tensor]:
+        """Yield each entry's full tensor in the export dtype, gathering sharded ones (collective, in order)."""
         from torch.distributed.tensor import DTensor
 
-        for _name, value in entries:
-            full = value.full_tensor() if isinstance(value, DTensor) else value
-            full = full.detach()
+        scaling = self.settings.lora.scaling if self.settings.lora is not None else 1.0
+        for entry, sources in entries:
+            gathered = {name: (value.full_tensor() if isinstance(value, DTensor) else value).detach()
+                        for name, value in sources.items()}
+            full = lora.merge_entry(entry, gathered, scaling)
             wanted = self._export_dtype_of(full)
             yield full if full.dtype == wanted else full.to(wanted)
 
@@ -962,6 +1030,9 @@ class FSDPWorker:
                 name: (value.to_local() if isinstance(value, DTensor) else value).detach()
                 for name, value in parameters if name not in aliases
             }
+            if self.settings.lora is not None:
+                self._shared_sources = {name: value for name, value in self._one_rank_state().items()
+                                        if name not in aliases}
             metas = [TensorMeta(name, dtype_name(self._export_dtype_of(value)), tuple(int(n) for n in value.shape))
                      for name, value in self._shared_sources.items()]
             if self._shared_weights is not None:
@@ -969,6 +1040,10 @@ class FSDPWorker:
             target = room_for(Path(path), layout(metas)[1])
             self._shared_weights = SharedWeights(target, metas, create=True)
             self._shared_key = key
+        elif self.settings.lora is not None:  # merged weights are new tensors: made again for every version
+            aliases = self._tied_aliases()
+            self._shared_sources = {name: value for name, value in self._one_rank_state().items()
+                                    if name not in aliases}
         self._shared_weights.write(self._shared_sources, version)
         return str(self._shared_weights.path), self._shared_weights.metas, self._shared_weights.nbytes
 

@@ -255,6 +255,11 @@ class FSDPTrainer:
             self.kill()
             raise
         logger.info("FSDP trainer: %d ranks ready in %.1f s", self.world_size, time.monotonic() - started)
+        if run.trainer.lora is not None:
+            trainable = int(self.rank_info[0]["trainable_params"])
+            total = sum(int(info["local_params"]) for info in self.rank_info)
+            logger.info("trainer: LoRA %s: %s trainable parameters of %s (%.2f%%)", run.trainer.lora.describe(),
+                        f"{trainable:,}", f"{total:,}", 100.0 * trainable / max(1, total))
 
     # -- training --------------------------------------------------------------------------
 
@@ -552,6 +557,13 @@ class FSDPTrainer:
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """Return the full actor weights (gathered on rank 0, as exported to the engines)."""
         return dict(self._on_all("full_state_dict")[0])
+
+    def memory_report(self) -> dict[str, int]:
+        """The actor's trainable parameters, and its parameter and optimizer-state bytes summed over the ranks."""
+        reports = self._on_all("memory_report")
+        return {"trainable_params": int(reports[0]["trainable_params"]),
+                "parameter_bytes": sum(int(r["parameter_bytes"]) for r in reports),
+                "optimizer_state_bytes": sum(int(r["optimizer_state_bytes"]) for r in reports)}
 
     def critic_state_dict(self) -> dict[str, torch.Tensor]:
         """Return the full critic weights (empty without a critic)."""

@@ -82,7 +82,7 @@ DERIVED: dict[str, str] = {
                                                                       "cuda_visible_devices")},
     **{f"{_ROLLOUT}.{k}": _SET_FROM_MODEL for k in ("temperature", "top_p", "top_k", "logprobs",
                                                     "rope_scaling", "rope_theta")},
-    **{f"{_ROLLOUT}.{k}": "LoRA is not supported yet" for k in ("enable_lora", "enable_runtime_lora_updating",
+    **{f"{_ROLLOUT}.{k}": "it is set from model.lora_configs" for k in ("enable_lora", "enable_runtime_lora_updating",
                                                                 "lora_modules", "lora_kwargs")},
     f"{_ROLLOUT}.external_model_config": "it is set from model.external_model (mode bench)",
     "synchronizer.explorer_world_size": "it is derived from the engines",

@@ -112,9 +112,11 @@ VERL_KEYS: dict[str, VerlKey] = {
     f"{_ARR}.model.fused_kernel_options.impl_backend": _inert(_SPEED),
     f"{_ARR}.model.enable_activation_offload": _refuse(_ACTIVATION_OFFLOAD, _truthy),
     f"{_ARR}.model.use_shm": _inert(_SPEED),
-    f"{_ARR}.model.lora_rank": _refuse("LoRA is not supported yet; set 0", _truthy),
-    **{f"{_ARR}.model.{k}": _inert("LoRA settings (LoRA is off)") for k in ("lora_alpha", "target_modules",
-                                                                         "exclude_modules", "lora_adapter_path")},
+    f"{_ARR}.model.lora_rank": _refuse("set LoRA in model.lora_configs (lora_rank, lora_alpha, target_modules, "
+                                       "exclude_modules, path), as upstream fills these keys from it; set 0 here",
+                                       _truthy),
+    **{f"{_ARR}.model.{k}": _inert("upstream fills it from model.lora_configs, which is read instead")
+       for k in ("lora_alpha", "target_modules", "exclude_modules", "lora_adapter_path")},
     f"{_ARR}.actor.strategy": _refuse(_STRATEGY, _not_fsdp),
     f"{_ARR}.actor.ppo_mini_batch_size": _inert("upstream sets it to buffer.train_batch_size: one optimizer step "
                                                 "per training batch (and per ppo epoch)"),

@@ -100,6 +100,35 @@ class OffloadPlan:
 
 
 @dataclass(frozen=True)
+class LoraPlan:
+    """A LoRA adapter trained on the policy instead of its full weights (``model.lora_configs``)."""
+
+    #: Rank of the adapter matrices.
+    rank: int
+    #: Scale numerator (the update is ``alpha / rank * B @ A``).
+    alpha: float
+    #: Modules that get an adapter: ``all-linear`` or module names.
+    target_modules: str | tuple[str, ...]
+    #: Modules left without one (names, or a regular expression).
+    exclude_modules: str | tuple[str, ...] | None = None
+    #: A PEFT adapter folder the adapter starts from (None: a fresh adapter, ``B = 0``).
+    adapter_path: str | None = None
+    #: The adapter's name (upstream's ``name``).
+    name: str = "lora"
+
+    @property
+    def scaling(self) -> float:
+        """The factor of ``B @ A`` in the merged weight."""
+        return self.alpha / self.rank
+
+    def describe(self) -> str:
+        """One phrase for the plan."""
+        targets = self.target_modules if isinstance(self.target_modules, str) else ", ".join(self.target_modules)
+        start = f"from {self.adapter_path}" if self.adapter_path else "fresh"
+        return f"rank {self.rank}, alpha {self.alpha:g} on {targets} ({start})"
+
+
+@dataclass(frozen=True)
 class CriticPlan:
     """The critic (value model) of PPO."""
 
@@ -172,6 +201,8 @@ class TrainerPlan:
     offload: OffloadPlan = OffloadPlan()
     #: What of the reference model waits in host memory between uses (its parameters only).
     reference_offload: OffloadPlan = OffloadPlan()
+    #: Train a LoRA adapter instead of the policy's weights (the reference is then the base: adapters off).
+    lora: LoraPlan | None = None
 
     @property
     def offloads(self) -> bool:

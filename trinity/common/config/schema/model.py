@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from trinity.common.config.schema.fields import refused
+from trinity.common.config.schema.fields import inert, refused
 
 
 @dataclass
@@ -24,6 +24,30 @@ class TinyModelConfig:
     vocab_size: int = 400
     #: Seed of the initial weights.
     seed: int = 0
+
+
+@dataclass
+class LoraConfig:
+    """A LoRA adapter trained instead of the full policy (upstream's ``model.lora_configs`` entry)."""
+
+    #: The adapter's name (upstream names the vLLM LoRA request with it).
+    name: str | None = None
+    #: A PEFT adapter folder to start from (``adapter_config.json`` + weights); None: a fresh adapter.
+    path: str | None = None
+    #: Name of the base model for vLLM's LoRA requests.
+    base_model_name: str | None = inert(None, "the engines receive merged weights, not a LoRA request")
+    #: Rank of the adapter matrices.
+    lora_rank: int = 32
+    #: Scale numerator: the update is ``lora_alpha / lora_rank * B @ A``.
+    lora_alpha: int = 32
+    #: Adapter dtype in vLLM.
+    lora_dtype: str = inert("auto", "adapters train in float32 like the rest of the trainer's master weights")
+    #: Modules that get an adapter: ``all-linear`` (every linear layer but the output head), or module names.
+    target_modules: str | list[str] = "all-linear"
+    #: Modules excluded from ``target_modules`` (names or a regular expression).
+    exclude_modules: str | list[str] | None = None
+    #: Upstream's mark of an adapter it wrote itself.
+    is_dummy: bool = inert(False, "upstream sets it itself; here a missing path means a fresh adapter")
 
 
 @dataclass
@@ -96,12 +120,12 @@ class ModelConfig:
     repetition_penalty: float = 1.0
     #: Passed to chat templates that know it (Qwen3); None leaves the template's default.
     enable_thinking: bool | None = None
-    #: LoRA adapters (upstream).
-    lora_configs: list[dict[str, Any]] | None = refused(None, "LoRA is not supported yet; train the full model")
-    #: LoRA sharding (upstream).
-    fully_sharded_loras: bool = refused(False, "LoRA is not supported yet")
-    #: LoRA CPU cache (upstream).
-    max_cpu_loras: int | None = refused(None, "LoRA is not supported yet")
+    #: Train a LoRA adapter instead of the full policy (at most one; upstream's shape).
+    lora_configs: list[LoraConfig] | None = None
+    #: vLLM's sharding of LoRA computation.
+    fully_sharded_loras: bool = inert(False, "the engines receive merged weights, not LoRA adapters")
+    #: vLLM's host cache of LoRA adapters.
+    max_cpu_loras: int | None = inert(None, "the engines receive merged weights, not LoRA adapters")
     #: RoPE scaling passed to the model config.
     rope_scaling: dict[str, Any] | None = None
     #: RoPE theta passed to the model config.
