@@ -10,8 +10,8 @@ swapped for tiny ones and the sizes cut to fit two CPU cores: the tiny model
 (``TRINITY_MODEL_PATH``, every auxiliary model too), a small task set holding
 every key upstream's examples read (``question``/``answer``,
 ``problem``/``solution``, ``prompt``/``chosen``/``rejected``, ``messages``),
-2 steps of 2 tasks with 2 rollouts, one engine and one trainer rank, no
-evaluation. A config whose mode needs a second process (``explore`` /
+2 steps of 2 tasks with 2 rollouts, one engine and one trainer rank (one
+Ulysses group for a sequence-parallel config), no evaluation. A config whose mode needs a second process (``explore`` /
 ``train`` halves of an asynchronous pair) is reported as such, not run.
 
 Reported per config: ran (2 training steps in its metrics) or the last line of
@@ -108,7 +108,9 @@ def overrides_for(config: dict, data: Path, model: Path) -> dict[str, object]:
              "model_path": str(model), "engine_num": 1, "tensor_parallel_size": 1, "max_prompt_tokens": 1800,
              "max_response_tokens": 16, "max_model_len": 2048}
             for aux in auxiliary]
-    sets["cluster.gpu_per_node"] = 2 + len(auxiliary)
+    # one engine, one trainer rank per Ulysses rank (a sequence-parallel group is the smallest trainer)
+    sequence_parallel = int((config.get("trainer") or {}).get("ulysses_sequence_parallel_size") or 1)
+    sets["cluster.gpu_per_node"] = 1 + sequence_parallel + len(auxiliary)
     return sets
 
 

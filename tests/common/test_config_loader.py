@@ -82,7 +82,7 @@ def test_missing_environment_variable_without_default(tmp_path: Path, monkeypatc
      r"is now buffer\.explorer_input\.taskset\.format\.prompt_key$"),
     ({"cluster.total_gpu_num": 8}, r"^cluster\.total_gpu_num: not a setting: it is derived from .*; remove it$"),
     ({"trainer.trainer_strategy": "megatron"}, r"'megatron' is not supported: Megatron-LM training is not supported"),
-    ({"trainer.ulysses_sequence_parallel_size": 2}, r"^trainer\.ulysses_sequence_parallel_size: 2 is not supported"),
+    ({"trainer.ulysses_sequence_parallel_size": 0}, r"^trainer\.ulysses_sequence_parallel_size: must be positive"),
     ({"synchronizer.sync_style": "whenever"}, r"^synchronizer\.sync_style: 'whenever' is not one of fixed, "),
     ({"model.lora_configs": [{"lora_rnak": 8}]}, r"^model\.lora_configs\[0\]\.lora_rnak: unknown key; did you mean"),
     ({"buffer.explorer_input.taskset.format.image_key": "img"}, r"multimodal data is not supported"),

@@ -55,6 +55,7 @@ def test_sft_steps_lower_the_loss(ray_local: Any, tiny_path: Path, tmp_path: Pat
             "rank": 0, "backend": "cpu:gloo", "device": "cpu", "local_params": trainer.rank_info[0]["local_params"],
             "use_torch_compile": False, "reference": False, "critic": False,
             "assignment": trainer.rank_info[0]["assignment"],
+            "trainable_params": trainer.rank_info[0]["local_params"],  # one rank, no LoRA: every parameter
         }
         # a rank in this process, outside any Ray actor: nothing claimed, the one visible device
         assert trainer.rank_info[0]["assignment"]["source"] == "none"

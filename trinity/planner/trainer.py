@@ -115,6 +115,36 @@ def lora_plan(config: Config) -> LoraPlan | None:
                     exclude_modules=_modules(entry.exclude_modules), name=entry.name or "lora")
 
 
+def ulysses_size(config: Config, verl: VerlSettings, *, use_critic: bool, pack_sequences: bool | None) -> int:
+    """Return the Ulysses sequence-parallel size (``trainer.ulysses_sequence_parallel_size`` or veRL's keys).
+
+    ``pack_sequences`` is veRL's ``use_remove_padding`` where given (None: unset).
+    """
+    size = int(config.trainer.ulysses_sequence_parallel_size)
+    for owner in ("actor", "ref"):
+        key = f"{owner}.ulysses_sequence_parallel_size"
+        if key in verl.mapped and int(verl.get(key)) != size:
+            if config.source.is_set("trainer.ulysses_sequence_parallel_size") or owner == "ref":
+                raise ConfigError(f"{verl.source(key)} ({verl.get(key)}) differs from "
+                                  f"trainer.ulysses_sequence_parallel_size ({size}); the actor and the reference "
+                                  "share one sequence-parallel layout here: set them equal")
+            size = int(verl.get(key))
+    if size < 1:
+        raise ConfigError(f"trainer.ulysses_sequence_parallel_size: must be at least 1, got {size}")
+    if size == 1:
+        return 1
+    where = "trainer.ulysses_sequence_parallel_size"
+    if use_critic:
+        raise ConfigError(f"{where}: {size} with a critic (PPO): the critic does not run sequence-parallel here; "
+                          "set it to 1, or use an algorithm without a critic (GRPO, ...)")
+    if pack_sequences is False:
+        raise ConfigError(f"{where}: {size} needs packed sequences, but actor_rollout_ref.model.use_remove_padding "
+                          "is false; set it to true (veRL requires it for Ulysses too)")
+    if config.mode == "colocate":
+        raise ConfigError(f"{where}: {size} in mode colocate, which has one trainer device; set it to 1 (as upstream)")
+    return size
+
+
 def offload_plan(verl: VerlSettings, owner: str) -> OffloadPlan:
     """Return what veRL's ``fsdp_config`` keys of ``owner`` (actor, ref, critic) offload.
 
@@ -205,6 +235,9 @@ def resolve_trainer(
                 f"trainer.trainer_config.critic.ppo_epochs ({critic.ppo_epochs}) differs from the actor's "
                 f"({ppo_epochs}); the critic updates alongside the actor here: set them equal"
             )
+    padding_removed = verl.get("actor.use_remove_padding") if "actor.use_remove_padding" in verl.mapped else None
+    sequence_parallel = ulysses_size(config, verl, use_critic=use_critic,
+                                     pack_sequences=None if padding_removed is None else bool(padding_removed))
     keep = trainer.max_checkpoints_to_keep
     if keep is None and "trainer.max_checkpoints_to_keep" in verl.mapped:
         keep = int(verl.get("trainer.max_checkpoints_to_keep"))
@@ -228,9 +261,10 @@ def resolve_trainer(
         recompute_old_logprobs=not bool(verl.get("algorithm.bypass_mode", True)),
         temperature=temperature,
         critic=critic,
-        pack_sequences=bool(verl.get("actor.use_remove_padding", False)),
+        pack_sequences=bool(verl.get("actor.use_remove_padding", False)) or sequence_parallel > 1,
         share_prompt_prefix=bool(trainer.share_prompt_prefix),
         offload=offload_plan(verl, "actor"),
         reference_offload=offload_plan(verl, "ref"),
         lora=lora_plan(config),
+        ulysses_size=sequence_parallel,
     )

@@ -16,6 +16,7 @@ the device runtime: :func:`trinity.device.assign_devices`), ``set_device``,
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
 import math
@@ -44,7 +45,7 @@ from trinity.common.config.plan.run import RunPlan
 from trinity.common.config.plan.trainer import OffloadPlan, OptimizerPlan
 from trinity.common.models.checksum import state_dict_checksum, tied_alias_sources
 from trinity.device.types import OffloadSupport
-from trinity.trainer import lora, shared_prefix
+from trinity.trainer import lora, shared_prefix, ulysses
 from trinity.trainer.batching import Rows, count_units, row_count, rows_from_wire, rows_to_wire, slice_rows
 from trinity.trainer.checkpoint import CheckpointDir, read_state
 from trinity.trainer.models import (
@@ -189,6 +190,11 @@ class FSDPWorker:
         #: The shared-prefix layout of the logits :meth:`_token_logprobs` returned last (None: another layout).
         self._logits_layout: shared_prefix.SharedPrefixLayout | None = None
         self._told_sharing = False
+        #: Ulysses: ranks sharing each sequence, this rank's group and place in it (set by :meth:`setup`).
+        self.sequence_parallel = run.trainer.ulysses_size
+        self.sequence_group: Any = None
+        self.sequence_rank = 0
+        self._last_shard: ulysses.SequenceShard | None = None
         self._ready = False
         #: This rank's device on its node (claimed, or Ray's), masked before the device runtime starts.
         self.devices = trinity.device.assign_devices(1, make_current=False)
@@ -226,9 +232,14 @@ class FSDPWorker:
         self.mesh = device_mesh(self.world_size)
         model_path = self.run.model.path
         remote_code = self.run.model.trust_remote_code
+        self._join_sequence_groups()
+        policy_attention = self.attention
+        if self.sequence_parallel > 1:
+            ulysses.register()
+            policy_attention = ulysses.ATTENTION_NAME
 
         support = trinity.device.offload_support() if settings.offloads else None
-        actor = load_causal_lm(model_path, trust_remote_code=remote_code, attn_implementation=self.attention)
+        actor = load_causal_lm(model_path, trust_remote_code=remote_code, attn_implementation=policy_attention)
         self.trainable_params = sum(p.numel() for p in actor.parameters())
         if settings.lora is not None:
             self.trainable_params = lora.inject(actor, settings.lora)
@@ -244,7 +255,8 @@ class FSDPWorker:
         #: With LoRA the reference model is the actor with its adapters off (the base), not a second model.
         self.reference_is_base = self.plan.use_reference and settings.lora is not None
         if self.plan.use_reference and not self.reference_is_base:
-            reference = load_causal_lm(model_path, trust_remote_code=remote_code, attn_implementation=self.attention)
+            reference = load_causal_lm(model_path, trust_remote_code=remote_code,
+                                       attn_implementation=policy_attention)
             reference.requires_grad_(False)
             self.reference = self._shard(reference, settings.reference_offload, support, "reference model")
             self.reference.eval()
@@ -268,7 +280,7 @@ class FSDPWorker:
             self.critic_optimizer, self.critic_scheduler = self._optimizer(self.critic, critic_plan.optimizer)
 
         for name, model in (("actor", self.actor), ("reference model", self.reference)):
-            if model is not None and settings.share_prompt_prefix:
+            if model is not None and settings.share_prompt_prefix and self.sequence_parallel == 1:
                 why = shared_prefix.try_enable(model, self.device)
                 _reshard(model)  # the check's forward leaves the root's weights gathered, kept for a backward
                 if why is None:
@@ -293,6 +305,22 @@ class FSDPWorker:
             "critic": self.critic is not None,
             "assignment": self.devices.as_record(),
         }
+
+    def _join_sequence_groups(self) -> None:
+        """Make the Ulysses groups (consecutive ranks; collective: every rank makes every group) and join one."""
+        import torch.distributed as dist
+
+        size = self.sequence_parallel
+        if size == 1:
+            return
+        if self.world_size % size:
+            raise RuntimeError(f"trainer.ulysses_sequence_parallel_size {size} does not divide the trainer's "
+                               f"{self.world_size} ranks")
+        for first in range(0, self.world_size, size):
+            group = dist.new_group(list(range(first, first + size)))
+            if first <= self.rank < first + size:
+                self.sequence_group = group
+        self.sequence_rank = self.rank % size
 
     def _shard(self, model: nn.Module, offload: OffloadPlan, support: OffloadSupport | None, owner: str) -> nn.Module:
         """Shard ``model`` with FSDP2 on the mesh; place it on the device, or leave it on the host when offloaded."""
@@ -501,9 +529,10 @@ class FSDPWorker:
             step_metrics["entropy"] = self._entropy_metric(logits, mb)
         if not total.requires_grad:  # every rank must run backward: FSDP reduces gradients collectively
             total = total + logits.sum() * 0.0
-        torch.autograd.backward(total)
+        with self._split_held():  # gradient checkpointing runs the sequence-parallel forward again
+            torch.autograd.backward(total)
         acc.add(step_metrics, tokens)
-        return float(total.detach()) / world
+        return float(total.detach()) / world / self.sequence_parallel  # a group's ranks all hold its whole loss
 
     def _token_logprobs(self, model: nn.Module, mb: Rows, with_entropy: bool
                         ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
@@ -521,6 +550,8 @@ class FSDPWorker:
             layout = shared_prefix.shared_prefix_layout(mb["input_ids"], mb["attention_mask"], mb["response_mask"])
             if layout is not None:
                 return self._shared_prefix_token_logprobs(model, mb, layout, with_entropy)
+        if self.sequence_parallel > 1:
+            return self._sequence_parallel_token_logprobs(model, mb, with_entropy)
         if self.settings.pack_sequences:
             return self._packed_token_logprobs(model, mb, with_entropy)
         ids = mb["input_ids"]
@@ -560,6 +591,67 @@ class FSDPWorker:
             entropy[predicted] = flat_entropy[0, source]
         return logprobs, entropy, logits
 
+    def _split_held(self) -> contextlib.AbstractContextManager[None]:
+        """The Ulysses split of the last forward, held for its backward (no-op without sequence parallelism)."""
+        if self._last_shard is None:
+            return contextlib.nullcontext()
+        return ulysses.sharding(self._last_shard)
+
+    def _sequence_shard(self, layout: Any) -> ulysses.SequenceShard:
+        lengths = [int(n) for n in layout.real.sum(dim=1)]
+        return ulysses.SequenceShard(self.sequence_group, self.sequence_parallel, self.sequence_rank,
+                                     ulysses.padded_segments(lengths, self.sequence_parallel))
+
+    def _sequence_parallel_token_logprobs(self, model: nn.Module, mb: Rows, with_entropy: bool
+                                          ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """As :meth:`_packed_token_logprobs`, the packed sequence split over the rank's Ulysses group.
+
+        This rank runs its slice of the sequence (:mod:`.ulysses`); the
+        log-probs (and entropies) of every slice are gathered, so each rank of
+        the group returns the whole micro-batch's. The logits returned are
+        this rank's slice's (``[1, N / P, V]``): see :meth:`_packed_statistic`.
+        """
+        ids = mb["input_ids"]
+        rows, width = ids.shape
+        layout = packed_layout(mb["attention_mask"])
+        shard = self._last_shard = self._sequence_shard(layout)
+        packed = ids[layout.real]
+        tokens = packed.numel()
+        padded = torch.nn.functional.pad(packed, (0, shard.total - tokens + 1))  # +1: the last slice's next token
+        positions = torch.cat([layout.positions,
+                               torch.arange(shard.total - tokens, device=packed.device, dtype=layout.positions.dtype)])
+        mine = shard.local()
+        with ulysses.sharding(shard):
+            logits = model(input_ids=padded[mine].unsqueeze(0), position_ids=positions[mine].unsqueeze(0),
+                           use_cache=False).logits
+        # the head predicts token t + 1 from position t: one more logits row (never read) lines the next tokens up
+        ahead = torch.nn.functional.pad(logits, (0, 0, 0, 1))
+        nexts = padded[mine.start:mine.stop + 1].unsqueeze(0)
+        local_logprobs, local_entropy = self._head(ahead, nexts, self.temperature, with_entropy)
+        flat_logprobs = ulysses.gather_sequence(local_logprobs[0], shard)[:tokens - 1]
+        logprobs = flat_logprobs.new_zeros((rows, width - 1))
+        logprobs[layout.predicted] = flat_logprobs[layout.source]
+        entropy = None
+        if local_entropy is not None:
+            flat_entropy = ulysses.gather_sequence(local_entropy[0], shard)[:tokens - 1]
+            entropy = flat_entropy.new_zeros((rows, width - 1))
+            entropy[layout.predicted] = flat_entropy[layout.source]
+        return logprobs, entropy, logits
+
+    def _packed_statistic(self, scaled: torch.Tensor, mb: Rows, statistic: Callable[[torch.Tensor], torch.Tensor]
+                          ) -> torch.Tensor:
+        """``statistic`` of each packed prediction (positions 0..N-2) from packed logits ``scaled`` (no gradient);
+        with Ulysses, ``scaled`` is this rank's slice and the group's slices are gathered."""
+        if self.sequence_parallel == 1:
+            return statistic(scaled[0, :-1])
+        import torch.distributed as dist
+
+        layout = packed_layout(mb["attention_mask"])
+        local = statistic(scaled[0]).contiguous()
+        parts = [torch.empty_like(local) for _ in range(self.sequence_parallel)]
+        dist.all_gather(parts, local, group=self.sequence_group)
+        return torch.cat(parts)[:int(layout.real.sum()) - 1]
+
     def _shared_prefix_token_logprobs(self, model: nn.Module, mb: Rows, layout: shared_prefix.SharedPrefixLayout,
                                       with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
         """As :meth:`_token_logprobs`, with each distinct prompt prefix run once (:mod:`.shared_prefix`).
@@ -597,7 +689,7 @@ class FSDPWorker:
             return out
         if self.settings.pack_sequences:
             layout = packed_layout(mb["attention_mask"])
-            out[layout.predicted] = statistic(scaled[0, :-1])[layout.source].float()
+            out[layout.predicted] = self._packed_statistic(scaled, mb, statistic)[layout.source].float()
             return out
         values = statistic(scaled[:, :-1]).float()
         out[:, width - 1 - values.shape[1]:] = values
@@ -616,7 +708,7 @@ class FSDPWorker:
                 return float(aggregate(values.unsqueeze(0), mask[shared.predicted].unsqueeze(0), "token-mean"))
             if self.settings.pack_sequences:
                 layout = packed_layout(mb["attention_mask"])
-                values = entropy_from_logits(scaled[0, :-1])[layout.source]
+                values = self._packed_statistic(scaled, mb, entropy_from_logits)[layout.source]
                 return float(aggregate(values.unsqueeze(0), mask[layout.predicted].unsqueeze(0), "token-mean"))
             kept = mask[:, mask.shape[1] - (scaled.shape[1] - 1):]
             return float(aggregate(entropy_from_logits(scaled[:, :-1]), kept, "token-mean"))
@@ -744,6 +836,30 @@ class FSDPWorker:
         return {"trainable_params": int(self.trainable_params),
                 "parameter_bytes": sum(local_bytes(p) for p in self.actor.parameters()),
                 "optimizer_state_bytes": optimizer_bytes}
+
+    def activation_bytes(self, rows: Rows, cuts: Sequence[slice]) -> int:
+        """The bytes the actor's forward keeps for its backward (weights aside), on the largest of the shard's
+        micro-batches (collective; nothing is trained). For benchmarks: activation memory per rank."""
+        self._check_ready()
+        rows = rows_from_wire(rows)
+        largest = 0
+        kept: dict[int, int] = {}
+
+        def keep(tensor: torch.Tensor) -> torch.Tensor:
+            if not isinstance(tensor, nn.Parameter):  # the gathered weights are the same at any split
+                storage = tensor.untyped_storage()
+                kept[storage.data_ptr()] = storage.nbytes()
+            return tensor
+
+        for where in cuts:
+            mb = self._to_device(slice_rows(rows, where))
+            kept.clear()
+            with torch.autograd.graph.saved_tensors_hooks(keep, lambda tensor: tensor):
+                logprobs = self._token_logprobs(self.actor, mb, False)[0]
+            largest = max(largest, sum(kept.values()))
+            del logprobs
+        _reshard(self.actor)
+        return largest
 
     # -- checkpoints -----------------------------------------------------------------------
 

@@ -296,12 +296,7 @@ class FSDPTrainer:
                     f"log-probs, but {missing} of {len(experiences)} experiences carry none; train on experiences "
                     "from an engine that records log-probs, or set decoupled: false"
                 )
-        rows_list = expand_pairs(experiences) if plan.paired else list(experiences)
-        batch = make_batch(rows_list, self.pad_token_id)
-        rows: Rows = batch_rows(batch)
-        shards = shard_indices(len(batch), self.world_size, 2 if plan.paired else 1)
-
-        lengths = [[int(v) for v in take_rows(rows, idx)["attention_mask"].sum(dim=1)] for idx in shards]
+        rows_list, batch, rows, shards, lengths = self._sharded(experiences)
         unit = 2 if plan.paired else 1
         trainer = self.run.trainer
         wanted = []
@@ -379,6 +374,29 @@ class FSDPTrainer:
             self.save_checkpoint({**(extra or {}), STEP_METRICS: dict(metrics)})
             metrics[SAVE_SECONDS] = time.monotonic() - saving
         return metrics
+
+    def _sharded(self, experiences: Sequence[Experience]) -> tuple[list[Experience], Any, Rows, list[list[int]],
+                                                                     list[list[int]]]:
+        """The step's rows, its batch and tensors, each rank's row indices and their token lengths."""
+        plan = self.plan
+        rows_list = expand_pairs(experiences) if plan.paired else list(experiences)
+        batch = make_batch(rows_list, self.pad_token_id)
+        rows: Rows = batch_rows(batch)
+        # the ranks of a Ulysses group share their rows (each runs a slice of every sequence)
+        sequence_parallel = self.run.trainer.ulysses_size
+        groups = shard_indices(len(batch), self.world_size // sequence_parallel, 2 if plan.paired else 1)
+        shards = [rows_of_group for rows_of_group in groups for _ in range(sequence_parallel)]
+        lengths = [[int(v) for v in take_rows(rows, idx)["attention_mask"].sum(dim=1)] for idx in shards]
+        return rows_list, batch, rows, shards, lengths
+
+    def activation_bytes(self, experiences: Sequence[Experience]) -> list[int]:
+        """Per rank, the bytes the actor's forward keeps for its backward on its largest micro-batch of
+        ``experiences`` (the activation memory of a training step; nothing is trained). For benchmarks."""
+        _, _, rows, shards, lengths = self._sharded(experiences)
+        cuts = plan_micro_batches(lengths, self.run.trainer.batching, 2 if self.plan.paired else 1)
+        return [int(n) for n in self._per_rank(
+            "activation_bytes", [(self._wire(take_rows(rows, idx)), part) for idx, part in zip(shards, cuts,
+                                                                                               strict=True)])]
 
     def _advantages(self, rows: Rows, batch_size: int) -> dict[str, float]:
         """Compute the trainer-side advantages (after the KL reward penalty, when there is one) into ``rows``."""

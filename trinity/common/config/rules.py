@@ -92,11 +92,6 @@ def check_rules(config: Config) -> None:
     for path, maybe in non_negative.items():
         if maybe is not None and maybe < 0:
             raise ConfigError(f"{path}: must be 0 or more, got {maybe:g}")
-    if config.trainer.ulysses_sequence_parallel_size > 1:
-        raise ConfigError(
-            f"trainer.ulysses_sequence_parallel_size: {config.trainer.ulysses_sequence_parallel_size} is not "
-            "supported: Ulysses sequence parallelism is not implemented; set it to 1"
-        )
     if not 0 < config.model.top_p <= 1:
         raise ConfigError(f"model.top_p: must be in (0, 1], got {config.model.top_p}")
     if not 0 < rollout.gpu_memory_utilization <= 1:

@@ -199,6 +199,13 @@ def _layout(plan: RunPlan, backend: Backend, cluster_resources: Mapping[str, flo
                 f"{' + auxiliary models' if plan.explorer.auxiliary else ''}): none is left for the trainer; raise "
                 "cluster.gpu_per_node or lower explorer.rollout_model.engine_num"
             )
+        sequence_parallel = plan.trainer.ulysses_size if plan.trainer is not None else 1
+        if trainers % sequence_parallel:
+            raise ConfigError(
+                f"trainer.ulysses_sequence_parallel_size: {sequence_parallel} does not divide the trainer's "
+                f"{trainers} device(s); each group of that many ranks shares its sequences: make it a divisor of "
+                f"{trainers}, or change cluster.gpu_per_node / the explorer's devices"
+            )
         if trainers > per_node and trainers % per_node:
             raise ConfigError(
                 f"cluster: the trainer gets {trainers} devices, which is not a whole number of nodes of {per_node}; "

@@ -55,7 +55,7 @@ def _above_one(value: Any) -> bool:
 _FROM_MODEL = "set it in the model section (model.model_path, model.custom_chat_template, ...)"
 _MEGATRON = "Megatron-LM training is not supported; use FSDP (remove the megatron section)"
 _ACTIVATION_OFFLOAD = "activation offloading is not supported; use enable_gradient_checkpointing"
-_ULYSSES = "Ulysses sequence parallelism is not supported; set it to 1"
+_ULYSSES = "Ulysses sequence parallelism of the critic is not supported; set it to 1"
 _SPEED = "a veRL speed switch; results here are the same without it"
 _STRATEGY = "only FSDP training is supported; use fsdp or fsdp2"
 _OPTIM_HERE = "the FSDP trainer's optimizer is algorithm.optimizer"
@@ -127,7 +127,7 @@ VERL_KEYS: dict[str, VerlKey] = {
     f"{_ARR}.actor.grad_clip": _map("actor.grad_clip"),
     f"{_ARR}.actor.ppo_epochs": _map("actor.ppo_epochs"),
     f"{_ARR}.actor.shuffle": _inert("one optimizer step per batch: the order of its micro-batches does not change it"),
-    f"{_ARR}.actor.ulysses_sequence_parallel_size": _refuse(_ULYSSES, _above_one),
+    f"{_ARR}.actor.ulysses_sequence_parallel_size": _map("actor.ulysses_sequence_parallel_size"),
     f"{_ARR}.actor.fix_actor_microbatch_loss_scale": _inert("micro-batch losses are always weighted exactly"),
     f"{_ARR}.actor.entropy_from_logits_with_chunking": _inert(_SPEED),
     f"{_ARR}.actor.entropy_checkpointing": _inert(_SPEED),
@@ -158,7 +158,7 @@ VERL_KEYS: dict[str, VerlKey] = {
     f"{_ARR}.ref.log_prob_micro_batch_size_per_gpu": _map("forward.micro_batch_size"),
     f"{_ARR}.ref.log_prob_use_dynamic_bsz": _map("forward.use_dynamic_bsz"),
     f"{_ARR}.ref.log_prob_max_token_len_per_gpu": _map("forward.max_token_len"),
-    f"{_ARR}.ref.ulysses_sequence_parallel_size": _refuse(_ULYSSES, _above_one),
+    f"{_ARR}.ref.ulysses_sequence_parallel_size": _map("ref.ulysses_sequence_parallel_size"),
     f"{_ARR}.ref.use_prefix_grouper": _refuse("prefix grouping is not supported", _truthy),
     f"{_ARR}.ref.entropy_from_logits_with_chunking": _inert(_SPEED),
     f"{_ARR}.ref.entropy_checkpointing": _inert(_SPEED),

@@ -203,6 +203,8 @@ class TrainerPlan:
     reference_offload: OffloadPlan = OffloadPlan()
     #: Train a LoRA adapter instead of the policy's weights (the reference is then the base: adapters off).
     lora: LoraPlan | None = None
+    #: Ulysses sequence parallelism: ranks per group sharing each packed sequence (1: none).
+    ulysses_size: int = 1
 
     @property
     def offloads(self) -> bool:
