@@ -101,3 +101,18 @@ def test_ruler_rewards_come_from_the_judge(root: Path, monkeypatch: pytest.Monke
     assert all(m["explore/judge_success/mean"] == 0.0 for m in explore)
     assert all(m["explore/gold_reward/mean"] == pytest.approx(-0.1) for m in explore)  # math_reward's format miss
     assert all(m["explore/stored_experiences"] == 16 for m in explore)
+
+
+def test_grpo_lora_trains_an_adapter(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    records = run_example("grpo_lora_gsm8k/gsm8k.yaml", root, monkeypatch)
+    flat_group_rewards(train_metrics(records, learns=False))
+    state = json.loads(next((root / "examples" / "grpo-lora-gsm8k" / "checkpoints").glob("step-*/trainer_state.json"))
+                       .read_text())
+    assert state["lora"]["rank"] == 8  # the checkpoint holds the adapter (tests/e2e/test_lora_run.py: only it)
+
+
+def test_grpo_ulysses_shares_each_sequence_over_two_ranks(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    records = run_example("grpo_ulysses_gsm8k/gsm8k.yaml", root, monkeypatch)
+    flat_group_rewards(train_metrics(records, learns=False))
+    evals = [r for r in records if r["phase"] == "eval"]
+    assert [r["step"] for r in evals] == [0, STEPS]
