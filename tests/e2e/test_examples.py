@@ -22,13 +22,13 @@ REPO = Path(__file__).resolve().parents[2]
 STEPS = 2
 
 
-def run_example(recipe: str, root: Path, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
-    """Run ``examples/<recipe>`` for :data:`STEPS` steps and return its metric records."""
+def run_example(recipe: str, root: Path, monkeypatch: pytest.MonkeyPatch, **overrides: Any) -> list[dict[str, Any]]:
+    """Run ``examples/<recipe>`` for :data:`STEPS` steps (with dotted-path ``overrides``); return its metric records."""
     monkeypatch.chdir(REPO)  # the recipes name their data relative to the repository
     monkeypatch.setenv("TRINITY_CHECKPOINT_ROOT_DIR", str(root))
     config = load_config(REPO / "examples" / recipe, {
         "trainer.total_steps": STEPS, "buffer.total_steps": STEPS, "monitor.progress": False,
-        "monitor.plot": False, "monitor.monitor_type": "none", "cluster.cpus_per_bundle": 0.5,
+        "monitor.plot": False, "monitor.monitor_type": "none", "cluster.cpus_per_bundle": 0.5, **overrides,
     })
     plan = resolve_run(config)
     assert run_plan(plan) == 0
@@ -90,6 +90,15 @@ def test_mix_adds_expert_rows(root: Path, monkeypatch: pytest.MonkeyPatch) -> No
     for step in train_metrics(run_example("mix/mix.yaml", root, monkeypatch)):
         assert step["rows"] == 16 and step["expert_row_frac"] == 0.25
         assert math.isfinite(step["expert/sft_loss"])
+
+
+def test_mix_with_ulysses_splits_expert_and_rollout_rows_alike(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Upstream's mix_chord recipe runs MIX with Ulysses 2: the expert (SFT) rows are split like the rollouts."""
+    records = run_example("mix/mix.yaml", root, monkeypatch, **{
+        "trainer.ulysses_sequence_parallel_size": 2, "cluster.gpu_per_node": 3, "name": "mix-ulysses"})
+    for step in train_metrics(records):
+        assert step["rows"] == 16 and step["expert_row_frac"] == 0.25
+        assert math.isfinite(step["expert/sft_loss"]) and step["expert/sft_loss"] > 0
 
 
 def test_ruler_rewards_come_from_the_judge(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
