@@ -58,8 +58,8 @@ def one_kv_head_model(tiny_path: Path, tmp_path_factory: pytest.TempPathFactory)
     return folder
 
 
-def _trainer(tiny_path: Path, root: Path, world: int, sp: int, checkpointing: bool) -> FSDPTrainer:
-    plan = make_trainer_plan(tiny_path, root, "grpo", world_size=world, micro_batch_size=3, **{
+def _trainer(tiny_path: Path, root: Path, world: int, sp: int, checkpointing: bool, **overrides: Any) -> FSDPTrainer:
+    plan = make_trainer_plan(tiny_path, root, "grpo", world_size=world, micro_batch_size=3, **overrides, **{
         "trainer.ulysses_sequence_parallel_size": sp,
         f"{ARR}.model.use_remove_padding": True,
         f"{ARR}.model.enable_gradient_checkpointing": checkpointing,
@@ -74,7 +74,7 @@ def _trainer(tiny_path: Path, root: Path, world: int, sp: int, checkpointing: bo
     return FSDPTrainer(plan, world_size=world)
 
 
-@pytest.mark.parametrize("attention", ["multi-head", "one kv head, gradient checkpointing"])
+@pytest.mark.parametrize("attention", ["multi-head", "one kv head, gradient checkpointing", "LoRA adapter"])
 def test_two_ranks_sharing_each_sequence_equal_one_rank_running_it_whole(
     ray_local: Any, tiny_path: Path, one_kv_head_model: Path, tmp_path: Path, attention: str
 ) -> None:
@@ -82,7 +82,8 @@ def test_two_ranks_sharing_each_sequence_equal_one_rank_running_it_whole(
     experiences = make_experiences(groups=3, group_size=3, seed=11, logprobs=True)
     results = {}
     for name, world, sp in (("whole", 1, 1), ("split", 2, 2)):
-        trainer = _trainer(model, tmp_path / name, world, sp, checkpointing=attention != "multi-head")
+        lora = {"model.lora_configs": [{"lora_rank": 4, "lora_alpha": 8}]} if attention == "LoRA adapter" else {}
+        trainer = _trainer(model, tmp_path / name, world, sp, checkpointing="checkpointing" in attention, **lora)
         try:
             first = trainer.train_step(experiences)
             before = trainer.full_state_dict()
@@ -115,3 +116,20 @@ def test_a_group_size_that_does_not_divide_the_trainers_ranks_is_refused_before_
     fits = make_trainer_plan(tmp_path / "model", tmp_path, "grpo", world_size=4,
                              **{"trainer.ulysses_sequence_parallel_size": 2})
     assert resolve_layout(fits, current_backend(), {}, []).trainers == 4
+
+
+def test_dry_run_shows_the_groups(tiny_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import yaml
+
+    from trinity.cli.main import main
+
+    config = tmp_path / "sp.yaml"
+    config.write_text(yaml.safe_dump({
+        "mode": "train", "checkpoint_root_dir": str(tmp_path), "cluster": {"gpu_per_node": 4},
+        "model": {"model_path": str(tiny_path), "max_prompt_tokens": 16, "max_response_tokens": 8},
+        "algorithm": {"algorithm_type": "grpo", "repeat_times": 2},
+        "trainer": {"ulysses_sequence_parallel_size": 2},
+        "buffer": {"batch_size": 2, "trainer_input": {"experience_buffer": {"name": "e", "storage_type": "sql"}}},
+    }))
+    assert main(["run", "--config", str(config), "--dry-run"]) == 0
+    assert "Ulysses sequence parallelism: groups of 2 ranks share each packed sequence" in capsys.readouterr().out

@@ -96,6 +96,8 @@ def render_plan(plan: RunPlan, layout: Layout, backend_line: str, warnings: Sequ
             *([f"LoRA: {trainer.lora.describe()}; the base model frozen"
                + ("; reference: the base (adapters off)" if plan.algorithm.use_reference else "")
                + "; engines get merged weights; checkpoints hold the adapters"] if trainer.lora else []),
+            *([f"Ulysses sequence parallelism: groups of {trainer.ulysses_size} ranks share each packed sequence "
+               "(the trainer's devices must be a multiple)"] if trainer.ulysses_size > 1 else []),
         ])
     if plan.uses_explorer:
         explorer = plan.explorer
