@@ -31,7 +31,7 @@ def test_show_json_tells_own_hooks_from_defaults(trinity: Runner) -> None:
     document = result.json()
     assert set(document) == ROW_FIELDS | {
         "worker_env_prefixes", "process_group_backend", "hooks", "selection", "selection_error", "cluster",
-        "dtypes", "attention", "newer_hooks_defaulted"}
+        "dtypes", "attention", "offload", "newer_hooks_defaulted"}
     assert document["name"] == "okdev" and document["worker_env_prefixes"] == ["OKDEV_"]
     assert document["hooks"] == {
         **{hook: "default" for hook in SINGLE_ANSWER_HOOKS},
@@ -66,6 +66,23 @@ def test_show_prints_the_dtype_and_attention_answers_and_who_gave_them(trinity: 
     assert document["dtypes"]["answered_by"] == document["attention"]["answered_by"] == "default"
     assert document["dtypes"]["supported"][0] == document["attention"]["dtype"] == "float32"
     assert document["newer_hooks_defaulted"] == []
+    assert document["offload"]["supported"] is True and document["offload"]["answered_by"] == "default"
+
+
+def test_show_prints_the_offload_answer(trinity: Runner, site: Path) -> None:
+    add_backend(site, "nooffload", extra="""
+        from trinity.device import OffloadSupport
+
+
+        @hookimpl
+        def trinity_offload_support():
+            return OffloadSupport(False, reason="no host-mapped memory on this device")
+        """)
+    result = trinity("backends", "show", "nooffload")
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if line.startswith("offload:")]
+    assert len(lines) == 1 and lines[0].split(":", 1)[1].strip() == "no (no host-mapped memory on this device)"
+    assert trinity("backends", "show", "nooffload", "--json").json()["offload"]["answered_by"] == "backend"
 
 
 def test_a_backend_written_for_an_older_spec_is_flagged(trinity: Runner, site: Path) -> None:

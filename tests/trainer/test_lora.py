@@ -285,3 +285,10 @@ def test_dry_run_shows_the_adapter_and_a_missing_peft_is_one_line(
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"trinity: error: {config}: model.lora_configs[0]: LoRA needs the peft package, which is not "
                    "installed; run pip install 'trinity-rft[lora]'"]
+
+
+def test_the_reference_models_offload_keys_have_no_effect_with_lora() -> None:
+    plan = make_plan({"model.lora_configs": [{}],
+                      "trainer.trainer_config.actor_rollout_ref.ref.fsdp_config.param_offload": True})
+    assert plan.trainer.reference_offload.any is False  # no second model: the reference is the actor
+    assert any("ref.fsdp_config offload has no effect here: with LoRA" in note for note in plan.notes)

@@ -165,6 +165,7 @@ def print_details(doc: BackendDetails, file: TextIO | None = None) -> None:
             ("torch.compile", _yes_no(doc["compile_supported"], doc["compile_reason"])),
             ("dtypes", _dtypes_cell(doc)),
             ("attention", _attention_cell(doc)),
+            ("offload", _offload_cell(doc)),
             ("selected", selected),
         ]
         if doc["cluster"] is not None and doc["cluster"]["address"] is not None and doc["ray_resource_key"]:
@@ -219,6 +220,18 @@ def _attention_cell(doc: BackendDetails) -> str:
         return attention["reason"] + _by_default(attention["answered_by"])
     why = f" ({attention['reason']})" if attention["reason"] else ""
     return f"{attention['implementation']} in {attention['dtype']}{why}" + _by_default(attention["answered_by"])
+
+
+def _offload_cell(doc: BackendDetails) -> str:
+    offload = doc["offload"]
+    if offload is None:
+        return _NONE
+    if offload["supported"]:
+        answer = "yes, " + ("pinned host copies" if offload["pin_memory"] else "unpinned host copies")
+    else:
+        answer = "no"
+    why = f" ({offload['reason']})" if offload["reason"] else ""
+    return answer + why + _by_default(offload["answered_by"])
 
 
 _OWNERS = {

@@ -131,6 +131,8 @@ class BackendDetails(BackendRow):
     dtypes: DtypesJSON | None
     #: The attention kernel for the preferred dtype (spec 2's ``trinity_attention_implementation``).
     attention: AttentionJSON | None
+    #: Whether the trainer may offload to host memory (spec 3's ``trinity_offload_support``).
+    offload: OffloadJSON | None
     #: Hooks added after the spec the backend was written for that it leaves to the core's defaults.
     newer_hooks_defaulted: list[str] | None
 
@@ -155,6 +157,19 @@ class AttentionJSON(TypedDict):
     dtype: str
     #: ``attn_implementation`` models are loaded with; empty when the hook failed.
     implementation: str
+    #: Why (or the hook's error).
+    reason: str
+    #: Who answered: ``backend`` or ``default``.
+    answered_by: str
+
+
+class OffloadJSON(TypedDict):
+    """A backend's offload answer."""
+
+    #: Whether parameters and optimizer state may wait in host memory.
+    supported: bool
+    #: Whether host copies are pinned.
+    pin_memory: bool
     #: Why (or the hook's error).
     reason: str
     #: Who answered: ``backend`` or ``default``.
@@ -349,6 +364,7 @@ def details(record: BackendRecord, found: Gathered) -> BackendDetails:
         prefixes = list(backend.info.worker_env_prefixes)
         process_group = process_group_backend_for(backend)
     dtypes, attention = _precision_answers(backend, hooks) if backend is not None and hooks else (None, None)
+    offload = _offload_answer(backend, hooks) if backend is not None and hooks else None
     return {
         **backend_row(record, found),
         "worker_env_prefixes": prefixes,
@@ -359,6 +375,7 @@ def details(record: BackendRecord, found: Gathered) -> BackendDetails:
         "cluster": cluster_json(found),
         "dtypes": dtypes,
         "attention": attention,
+        "offload": offload,
         "newer_hooks_defaulted": newer_hooks_defaulted(backend) if backend is not None else None,
     }
 
@@ -397,6 +414,18 @@ def _precision_answers(backend: Backend, owners: dict[str, str]) -> tuple[Dtypes
     else:
         attention["implementation"], attention["reason"] = choice.implementation, choice.reason
     return dtypes, attention
+
+
+def _offload_answer(backend: Backend, owners: dict[str, str]) -> OffloadJSON:
+    """Ask ``backend`` whether the trainer may offload; a failing hook is shown as the reason."""
+    answered_by = owners["trinity_offload_support"]
+    try:
+        support = backend.offload_support()
+    except Exception as exc:  # noqa: BLE001 - a vendor hook's failure is what the user came to see
+        return {"supported": False, "pin_memory": False, "answered_by": answered_by,
+                "reason": f"trinity_offload_support raised {type(exc).__name__}: {_one_line(exc)}"}
+    return {"supported": support.supported, "pin_memory": support.pin_memory, "reason": support.reason,
+            "answered_by": answered_by}
 
 
 def find_record(records: Sequence[BackendRecord], name: str) -> BackendRecord:

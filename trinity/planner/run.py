@@ -25,7 +25,7 @@ from trinity.device.collectives import UPSTREAM_ONLINE_SYNC_METHOD
 from trinity.planner.data import record_target, resolve_dataset, resolve_storage, resolve_taskset, with_chat_template
 from trinity.planner.explorer import auxiliary_overlong, resolve_explorer
 from trinity.planner.model import resolve_model
-from trinity.planner.trainer import resolve_trainer
+from trinity.planner.trainer import offload_plan, resolve_trainer
 
 
 def run_dir_of(config: Config) -> Path:
@@ -308,6 +308,9 @@ def _resolve(config: Config, stage: tuple[int, int, str] | None) -> RunPlan:
     trainer = resolve_trainer(config, verl, dtype=model.dtype, max_model_len=model.max_model_len,
                               use_critic=bool(getattr(training, "use_critic", False)),
                               critic_path=model.critic_path, temperature=float(rollout_temperature))
+    if trainer.lora is not None and offload_plan(verl, "ref").any:
+        notes.append("trainer.trainer_config.actor_rollout_ref.ref.fsdp_config offload has no effect here: with "
+                     "LoRA the reference model is the actor with its adapters off, offloaded as the actor is")
     sync = _sync(config, _schema_of(training), notes)
     for key, (_, source) in sorted(verl.mapped.items()):
         notes.append(f"trainer.trainer_config.{source} is applied as {key}")

@@ -238,6 +238,7 @@ def resolve_trainer(
     padding_removed = verl.get("actor.use_remove_padding") if "actor.use_remove_padding" in verl.mapped else None
     sequence_parallel = ulysses_size(config, verl, use_critic=use_critic,
                                      pack_sequences=None if padding_removed is None else bool(padding_removed))
+    lora = lora_plan(config)
     keep = trainer.max_checkpoints_to_keep
     if keep is None and "trainer.max_checkpoints_to_keep" in verl.mapped:
         keep = int(verl.get("trainer.max_checkpoints_to_keep"))
@@ -264,7 +265,8 @@ def resolve_trainer(
         pack_sequences=bool(verl.get("actor.use_remove_padding", False)) or sequence_parallel > 1,
         share_prompt_prefix=bool(trainer.share_prompt_prefix),
         offload=offload_plan(verl, "actor"),
-        reference_offload=offload_plan(verl, "ref"),
-        lora=lora_plan(config),
+        # with LoRA the reference model is the actor with its adapters off: there is no second model to offload
+        reference_offload=offload_plan(verl, "ref") if lora is None else OffloadPlan(),
+        lora=lora,
         ulysses_size=sequence_parallel,
     )
