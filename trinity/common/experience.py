@@ -107,6 +107,9 @@ class Experience:
     metrics: dict[str, float] = field(default_factory=dict)
     #: Upstream's truncation mark (``prompt_truncated``, ``response_truncated``) or None.
     truncate_status: str | None = None
+    #: The images of a vision-language prompt as the model takes them (upstream's field): ``pixel_values``
+    #: ``[patches, dim]`` and ``image_grid_thw`` ``[images, 3]``; None for a text-only prompt.
+    multi_modal_inputs: dict[str, torch.Tensor] | None = None
 
     def __post_init__(self) -> None:
         self.tokens = torch.as_tensor(self.tokens, dtype=torch.long)
@@ -127,6 +130,8 @@ class Experience:
             self.rejected_tokens = torch.as_tensor(self.rejected_tokens, dtype=torch.long)
         if isinstance(self.eid, dict):
             self.eid = EID(**self.eid)
+        if self.multi_modal_inputs is not None:
+            self.multi_modal_inputs = {name: torch.as_tensor(value) for name, value in self.multi_modal_inputs.items()}
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle state: tensors as numpy arrays (several times cheaper to pickle; see ``array_state``)."""
@@ -153,6 +158,8 @@ class Experience:
             value = getattr(self, name)
             if isinstance(value, torch.Tensor):
                 value = value.tolist()
+            elif name == "multi_modal_inputs" and value is not None:
+                value = {key: tensor.tolist() for key, tensor in value.items()}
             elif isinstance(value, EID):
                 value = value.to_dict()
             out[name] = value

@@ -43,6 +43,7 @@ from trinity.algorithm import (
 )
 from trinity.common.config.plan.run import RunPlan
 from trinity.common.config.plan.trainer import OffloadPlan, OptimizerPlan
+from trinity.common.models import vision
 from trinity.common.models.checksum import state_dict_checksum, tied_alias_sources
 from trinity.device.types import OffloadSupport
 from trinity.trainer import lora, shared_prefix, ulysses
@@ -406,7 +407,7 @@ class FSDPWorker:
             if "values" in out:
                 if self.critic is None:
                     raise RuntimeError("values asked for, but this trainer has no critic")
-                values = self.critic(ids, mask)[:, :-1]
+                values = self.critic(ids, mask, **vision.model_inputs(mb))[:, :-1]
                 out["values"][where, :length] = values.float().cpu()
         return rows_to_wire(out)
 
@@ -546,6 +547,12 @@ class FSDPWorker:
         sequence (:meth:`_packed_token_logprobs`).
         """
         self._logits_layout = None
+        images = vision.model_inputs(mb)
+        if images:  # rows with images run padded: their 3-D rotary positions come from the rows as they are
+            if self.sequence_parallel > 1 or self.settings.pack_sequences:
+                raise RuntimeError("rows with images run padded: set actor_rollout_ref.model.use_remove_padding "
+                                   "false and trainer.ulysses_sequence_parallel_size 1 for vision-language data")
+            return self._padded_token_logprobs(model, mb, with_entropy, images)
         if id(model) in self._shares_prefix:
             layout = shared_prefix.shared_prefix_layout(mb["input_ids"], mb["attention_mask"], mb["response_mask"])
             if layout is not None:
@@ -554,9 +561,14 @@ class FSDPWorker:
             return self._sequence_parallel_token_logprobs(model, mb, with_entropy)
         if self.settings.pack_sequences:
             return self._packed_token_logprobs(model, mb, with_entropy)
+        return self._padded_token_logprobs(model, mb, with_entropy, {})
+
+    def _padded_token_logprobs(self, model: nn.Module, mb: Rows, with_entropy: bool, images: dict[str, torch.Tensor]
+                               ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """:meth:`_token_logprobs` of the rows as they are, padded (with ``images``: their image inputs)."""
         ids = mb["input_ids"]
         start = first_response_column(mb["response_mask"])
-        kwargs: dict[str, Any] = {}
+        kwargs: dict[str, Any] = dict(images)
         if start and accepts_logits_to_keep(model):
             kwargs["logits_to_keep"] = ids.shape[1] - start
         logits = model(input_ids=ids, attention_mask=mb["attention_mask"], use_cache=False, **kwargs).logits
@@ -738,7 +750,7 @@ class FSDPWorker:
     def _value_loss(self, mb: Rows, w_tokens: float) -> tuple[torch.Tensor, dict[str, float]]:
         assert self.critic is not None
         mask = mb["response_mask"]
-        values = self.critic(mb["input_ids"], mb["attention_mask"])[:, :-1]
+        values = self.critic(mb["input_ids"], mb["attention_mask"], **vision.model_inputs(mb))[:, :-1]
         old = mb["values"]
         returns = mb["returns"]
         assert self.settings.critic is not None

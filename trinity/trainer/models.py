@@ -50,14 +50,17 @@ def resolve_torch_compile(requested: bool | None) -> bool:
 def load_causal_lm(path: str, *, trust_remote_code: bool = False, attn_implementation: str | None = None) -> nn.Module:
     """Load a Hugging Face causal LM in float32 (the optimizer's master weights) on the CPU.
 
+    A vision-language model (a config with a vision tower) loads as one, images and all.
     ``attn_implementation`` is transformers' attention kernel (``sdpa``, ``flash_attention_2``, ...);
     None leaves the choice to transformers.
     """
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
     from trinity.common.models.pretrained import load_pretrained
+    from trinity.common.models.vision import folder_is_vision_language
 
-    model = load_pretrained(AutoModelForCausalLM.from_pretrained, path, dtype=torch.float32,
+    auto = AutoModelForImageTextToText if folder_is_vision_language(path) else AutoModelForCausalLM
+    model = load_pretrained(auto.from_pretrained, path, dtype=torch.float32,
                             trust_remote_code=trust_remote_code, attn_implementation=attn_implementation)
     model.config.use_cache = False
     return model  # type: ignore[no-any-return]
@@ -73,9 +76,11 @@ class ValueModel(nn.Module):
         nn.init.normal_(self.value_head.weight, std=1.0 / (hidden_size + 1) ** 0.5)
         nn.init.zeros_(self.value_head.bias)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """Return ``[B, T]`` values (float32)."""
-        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                **images: torch.Tensor) -> torch.Tensor:
+        """Return ``[B, T]`` values (float32); ``images``: a vision-language backbone's image inputs."""
+        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False,
+                               **images).last_hidden_state
         values: torch.Tensor = self.value_head(hidden.to(self.value_head.weight.dtype))
         return values.squeeze(-1).float()
 

@@ -39,6 +39,7 @@ from trinity.algorithm import (
 )
 from trinity.common.config.plan.run import RunPlan
 from trinity.common.experience import Experience, make_batch
+from trinity.common.models.vision import multimodal_rows
 from trinity.errors import EXIT_USAGE
 from trinity.monitor.keys import RANK_UPDATE_SECONDS, SAVE_SECONDS
 from trinity.trainer.batching import (
@@ -382,6 +383,8 @@ class FSDPTrainer:
         rows_list = expand_pairs(experiences) if plan.paired else list(experiences)
         batch = make_batch(rows_list, self.pad_token_id)
         rows: Rows = batch_rows(batch)
+        if any(e.multi_modal_inputs is not None for e in rows_list):  # images ride along as per-row tensors
+            rows.update(multimodal_rows([e.multi_modal_inputs for e in rows_list]))
         # the ranks of a Ulysses group share their rows (each runs a slice of every sequence)
         sequence_parallel = self.run.trainer.ulysses_size
         groups = shard_indices(len(batch), self.world_size // sequence_parallel, 2 if plan.paired else 1)
