@@ -7,9 +7,11 @@ Point it at a checkout of upstream Trinity-RFT's ``examples/``::
 Each accepted config runs as a user runs it (``trinity run --config F``, one
 subprocess each, a fresh local Ray cluster) with only the model and the data
 swapped for tiny ones and the sizes cut to fit two CPU cores: the tiny model
-(``TRINITY_MODEL_PATH``, every auxiliary model too), a small task set holding
+(``TRINITY_MODEL_PATH``, every auxiliary model too; the tiny vision-language
+model for a config whose task sets read images), a small task set holding
 every key upstream's examples read (``question``/``answer``,
-``problem``/``solution``, ``prompt``/``chosen``/``rejected``, ``messages``),
+``problem``/``solution``, ``prompt``/``chosen``/``rejected``, ``messages``,
+``images``),
 2 steps of 2 tasks with 2 rollouts, one engine and one trainer rank (one
 Ulysses group for a sequence-parallel config), no evaluation. A config whose mode needs a second process (``explore`` /
 ``train`` halves of an asynchronous pair) is reported as such, not run.
@@ -59,8 +61,30 @@ def task_records(count: int = 8) -> list[dict[str, object]]:
             "prompt": question, "ground_truth": str(2 * i),
             "chosen": f"It is {2 * i}.", "rejected": f"It is {2 * i + 1}.",
             "messages": [{"role": "user", "content": question}, {"role": "assistant", "content": f"{2 * i}"}],
+            "images": [_square_png(i)],
         })
     return rows
+
+
+def _square_png(seed: int) -> str:
+    """A small PNG (a grey square on white) as a ``data:`` URL: the image of a vision-language task."""
+    import base64
+    import io
+
+    from PIL import Image, ImageDraw
+
+    image = Image.new("RGB", (84, 56), "white")
+    ImageDraw.Draw(image).rectangle((8 + seed % 40, 8, 36 + seed % 40, 36), fill=(90, 90, 90))
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def uses_images(config: dict) -> bool:
+    """Whether a config's task sets read images (``format.image_key``)."""
+    explorer_input = (config.get("buffer") or {}).get("explorer_input") or {}
+    sets = [explorer_input.get("taskset") or {}, *(explorer_input.get("eval_tasksets") or [])]
+    return any((t.get("format") or {}).get("image_key") for t in sets if isinstance(t, dict))
 
 
 def countdown_data(folder: Path) -> Path:
@@ -108,15 +132,23 @@ def overrides_for(config: dict, data: Path, model: Path) -> dict[str, object]:
              "model_path": str(model), "engine_num": 1, "tensor_parallel_size": 1, "max_prompt_tokens": 1800,
              "max_response_tokens": 16, "max_model_len": 2048}
             for aux in auxiliary]
+    if uses_images(config):  # the simple_mm_workflow's system prompt, the question and the image
+        sets.update({"model.max_prompt_tokens": 512, "model.max_model_len": 528})
     # one engine, one trainer rank per Ulysses rank (a sequence-parallel group is the smallest trainer)
     sequence_parallel = int((config.get("trainer") or {}).get("ulysses_sequence_parallel_size") or 1)
     sets["cluster.gpu_per_node"] = 1 + sequence_parallel + len(auxiliary)
     return sets
 
 
-def run_one(path: Path, env: dict[str, str], data: Path, model: Path, root: Path) -> tuple[str, float]:
-    """Run one config for 2 steps; return ``("ran", seconds)`` or ``(why not, seconds)``."""
+def run_one(path: Path, env: dict[str, str], data: Path, model: Path, root: Path, *,
+            vision_model: Path | None = None) -> tuple[str, float]:
+    """Run one config for 2 steps; return ``("ran", seconds)`` or ``(why not, seconds)``.
+
+    A config whose task sets read images runs on ``vision_model`` instead of ``model``.
+    """
     config = yaml.safe_load(path.read_text()) or {}
+    if vision_model is not None and uses_images(config):
+        model, env = vision_model, {**env, "TRINITY_MODEL_PATH": str(vision_model)}
     mode = str(config.get("mode", "both"))
     if mode in ("explore", "train") and str((config.get("algorithm") or {}).get("algorithm_type")) not in (
             "sft", "dpo"):
@@ -147,6 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="upstream-examples-") as scratch:
         work = Path(scratch)
         model = build_tiny_model(work / "tiny-model")
+        from trinity.common.config.schema import TinyModelConfig
+
+        vision_model = build_tiny_model(work / "tiny-vlm", TinyModelConfig(vision=True))
         data = write_data(work / "data")
         base = {**os.environ, **PLACEHOLDERS, "TRINITY_MODEL_PATH": str(model), "TRINITY_TASKSET_PATH": str(data),
                 "TRINITY_SFT_DATASET_PATH": str(data), "RAY_ADDRESS": "local", "RAY_AUTH_MODE": "disabled"}
@@ -159,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
             env = {**base, "TRINITY_CHECKPOINT_ROOT_DIR": str(work / f"ckpt{number}"),
                    "TRINITY_BUFFER_PATH": str(work / f"buffer{number}"), "RAY_TMPDIR": tempfile.mkdtemp(dir="/tmp")}
             try:
-                outcome, seconds = run_one(path, env, data, model, work)
+                outcome, seconds = run_one(path, env, data, model, work, vision_model=vision_model)
             finally:
                 shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)
             ran += outcome == "ran"

@@ -9,7 +9,9 @@ records tokenize compactly. Layout (each folder is one data set, each ``path``-a
 * ``sft/tools/``: ``messages`` and ``tools`` stored as JSON strings (as upstream advises for ``datasets``);
 * ``sft/plaintext/``: ``prompt`` / ``response``;
 * ``dpo/plaintext/``: ``prompt`` / ``chosen`` / ``rejected``;
-* ``dpo/messages/``: ``messages`` (the prompt) / ``chosen`` / ``rejected`` message lists.
+* ``dpo/messages/``: ``messages`` (the prompt) / ``chosen`` / ``rejected`` message lists;
+* ``vlm/``: vision-language tasks, ``images`` (PNG data URLs: squares to count) / ``problem`` / ``answer``,
+  splits ``train`` and ``test``.
 
 Usage: ``python scripts/make_example_data.py [ROOT]`` (default ``examples/data``).
 """
@@ -159,6 +161,34 @@ def dpo_messages(rng: random.Random) -> list[dict[str, Any]]:
     return rows
 
 
+def _squares_png(count: int, rng: random.Random) -> str:
+    """A 84 x 56 PNG with ``count`` coloured squares on white, as a ``data:`` URL."""
+    import base64
+    import io
+
+    from PIL import Image, ImageDraw
+
+    image = Image.new("RGB", (84, 56), "white")
+    draw = ImageDraw.Draw(image)
+    for slot in rng.sample(range(6), count):
+        x, y = 4 + (slot % 3) * 27, 4 + (slot // 3) * 26
+        colour = tuple(rng.randint(0, 200) for _ in range(3))
+        draw.rectangle((x, y, x + 20, y + 20), fill=colour)
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def vlm_rows(rng: random.Random, count: int) -> list[dict[str, Any]]:
+    """Count the squares: one image per task, the answer a number."""
+    rows = []
+    for _ in range(count):
+        squares = rng.randint(1, 4)
+        rows.append({"images": [_squares_png(squares, rng)], "problem": "<image>How many squares are there?",
+                     "answer": str(squares)})
+    return rows
+
+
 def write(path: Path, rows: list[dict[str, Any]]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
@@ -173,6 +203,8 @@ def main(root: Path) -> None:
     write(root / "sft" / "plaintext" / "train.jsonl", sft_plaintext(rng))
     write(root / "dpo" / "plaintext" / "train.jsonl", dpo_plaintext(rng))
     write(root / "dpo" / "messages" / "train.jsonl", dpo_messages(rng))
+    write(root / "vlm" / "train.jsonl", vlm_rows(rng, 16))
+    write(root / "vlm" / "test.jsonl", vlm_rows(rng, 4))
 
 
 if __name__ == "__main__":

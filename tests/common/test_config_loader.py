@@ -85,7 +85,7 @@ def test_missing_environment_variable_without_default(tmp_path: Path, monkeypatc
     ({"trainer.ulysses_sequence_parallel_size": 0}, r"^trainer\.ulysses_sequence_parallel_size: must be positive"),
     ({"synchronizer.sync_style": "whenever"}, r"^synchronizer\.sync_style: 'whenever' is not one of fixed, "),
     ({"model.lora_configs": [{"lora_rnak": 8}]}, r"^model\.lora_configs\[0\]\.lora_rnak: unknown key; did you mean"),
-    ({"buffer.explorer_input.taskset.format.image_key": "img"}, r"multimodal data is not supported"),
+    ({"buffer.explorer_input.taskset.format.video_key": "clip"}, r"videos are not supported yet"),
     ({"mode": "explore_all"}, r"^mode: 'explore_all' is not one of both, colocate, explore, train, bench, serve$"),
     ({"algorithm.optimizer.lr_scheduler_type": "linear"}, r"is not one of constant, cosine$"),
     ({"algorithm.optimizer.clip_grad": 0.5}, r"clip_grad: 0\.5 differs from trainer\.grad_clip \(1\)"),

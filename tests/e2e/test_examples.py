@@ -125,3 +125,14 @@ def test_grpo_ulysses_shares_each_sequence_over_two_ranks(root: Path, monkeypatc
     flat_group_rewards(train_metrics(records, learns=False))
     evals = [r for r in records if r["phase"] == "eval"]
     assert [r["step"] for r in evals] == [0, STEPS]
+
+
+def test_grpo_vlm_trains_on_images(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tiny vision-language model (built offline) rolls out on images and trains on the same images."""
+    records = run_example("grpo_vlm/vlm.yaml", root, monkeypatch)
+    steps = train_metrics(records, learns=False)
+    assert all(step["rows"] == 16 and step["sync/checksum_match"] == 1 for step in steps)
+    explore = [r["metrics"] for r in records if r["phase"] == "explore"]
+    assert all(m["explore/failed"] == 0 and m["explore/experiences"] == 16 for m in explore)
+    evals = [r for r in records if r["phase"] == "eval"]
+    assert [r["step"] for r in evals] == [0, STEPS] and all(r["metrics"]["squares-eval/failed"] == 0 for r in evals)

@@ -36,9 +36,9 @@ def record_batches(engine: HFEngine) -> list[int]:
     sizes: list[int] = []
     original = engine._sample
 
-    def spy(prompts, params):  # type: ignore[no-untyped-def]
+    def spy(prompts, params, images=None):  # type: ignore[no-untyped-def]
         sizes.append(len(prompts))
-        return original(prompts, params)
+        return original(prompts, params, images)
 
     engine._sample = spy  # type: ignore[method-assign]
     return sizes

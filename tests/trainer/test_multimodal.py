@@ -127,3 +127,23 @@ def test_the_trainers_log_probs_of_rows_with_images_equal_the_model_run_alone(
         assert moved  # the images were in the forward: the vision tower trained too
     finally:
         trainer.shutdown()
+
+
+def test_image_task_sets_need_a_model_engine_and_trainer_that_take_images(tiny_vlm: Path, tmp_path: Path) -> None:
+    from tests.plans import make_plan
+    from trinity.common.config.loader import ConfigError
+    from trinity.common.models.tiny import build_tiny_model
+
+    taskset = {"path": "examples/data/vlm", "format": {"prompt_key": "problem", "response_key": "answer",
+                                                       "image_key": "images"}}
+    base = {"mode": "both", "model.model_path": str(tiny_vlm), "buffer.explorer_input.taskset": taskset}
+    assert make_plan(base).buffer.train_taskset.format.image_key == "images"
+    text_model = build_tiny_model(tmp_path / "text")
+    with pytest.raises(ConfigError, match=r"format.image_key gives the tasks images, but .* has no vision tower"):
+        make_plan({**base, "model.model_path": str(text_model)})
+    with pytest.raises(ConfigError, match=r"the vllm engine does not take images yet"):
+        make_plan({**base, "explorer.rollout_model.engine_type": "vllm"})
+    with pytest.raises(ConfigError, match=r"rows with images run padded"):
+        make_plan({**base, "trainer.trainer_config.actor_rollout_ref.model.use_remove_padding": True})
+    with pytest.raises(ConfigError, match=r"videos are not supported yet \(images are"):
+        make_plan({**base, "buffer.explorer_input.taskset": {**taskset, "format": {"video_key": "videos"}}})

@@ -8,7 +8,8 @@ process group and no device; it works for a checkpoint written by any
 number of ranks. The result, written atomically (a temporary folder beside
 the output, then renamed), holds ``config.json``, ``model.safetensors``,
 the generation config and the tokenizer, and loads with
-``AutoModelForCausalLM.from_pretrained``.
+``AutoModelForCausalLM.from_pretrained`` (a vision-language model's with
+``AutoModelForImageTextToText``).
 
 A LoRA run's checkpoint holds its adapters only: conversion reads the base
 model the run started from (the recorded ``model_path``, or ``--model-path``)
@@ -71,7 +72,7 @@ def convert_checkpoint(
 verified against its manifest. ``adapter`` writes a LoRA checkpoint's adapters as
     a PEFT adapter folder instead of merged weights. Returns ``output``. Raises :class:`ConversionError`.
     """
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig
 
     try:
         folder = resolve_checkpoint(checkpoint)
@@ -106,7 +107,7 @@ verified against its manifest. ``adapter`` writes a LoRA checkpoint's adapters a
         if adapter:
             return _write_atomically(target, lambda staging: _write_adapter(model, record, base, staging))
     else:
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)  # type: ignore[no-untyped-call]
+        model = _auto_class(config).from_config(config, dtype=torch.float32)
         weights = {"model": model.state_dict()}
         _dcp_read(folder, weights)
         missing, unexpected = model.load_state_dict(weights["model"], strict=False)
@@ -127,6 +128,15 @@ verified against its manifest. ``adapter`` writes a LoRA checkpoint's adapters a
             shutil.copy2(file, staging / file.name)  # tokenizer, chat template, generation config
 
     return _write_atomically(target, write)
+
+
+def _auto_class(config: Any) -> Any:
+    """transformers' auto class of a model config: image-text-to-text for a vision-language model."""
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+
+    from trinity.common.models.vision import is_vision_language
+
+    return AutoModelForImageTextToText if is_vision_language(config) else AutoModelForCausalLM
 
 
 def _dcp_read(folder: Path, weights: dict[str, Any]) -> None:
@@ -152,12 +162,13 @@ def _base_model_folder(folder: Path, state: dict[str, Any], model_path: str | No
 
 def _lora_model(folder: Path, base: Path, record: dict[str, Any], *, merged: bool) -> Any:
     """The base model with the checkpoint's adapters: merged into its weights, or (not ``merged``) still apart."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoConfig
 
     from trinity.trainer import lora
 
     plan = lora.plan_from_record(record)
-    with_adapters = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    auto = _auto_class(AutoConfig.from_pretrained(base))
+    with_adapters = auto.from_pretrained(base, dtype=torch.float32)
     try:
         lora.inject(with_adapters, plan)
     except lora.LoraError as exc:
@@ -169,7 +180,7 @@ def _lora_model(folder: Path, base: Path, record: dict[str, Any], *, merged: boo
     if not merged:
         return with_adapters
     merged_weights = lora.merged_state(with_adapters.state_dict(), plan.scaling)
-    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    model = auto.from_pretrained(base, dtype=torch.float32)
     missing, unexpected = model.load_state_dict(merged_weights, strict=False)
     if missing or unexpected:
         raise ConversionError(f"{folder}: the merged weights do not fit {base} (missing {sorted(missing)[:5]}, "

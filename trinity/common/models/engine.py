@@ -53,6 +53,8 @@ class Completion:
     #: Weights version that produced it.
     model_version: int
     info: dict[str, Any] = field(default_factory=dict)
+    #: The prompt's images as the model took them (``pixel_values``, ``image_grid_thw``); None without images.
+    multi_modal_inputs: dict[str, torch.Tensor] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle state: tensors as numpy arrays, cheaper across Ray (see ``trinity.common.array_state``)."""

@@ -84,6 +84,8 @@ class _Request:
 
     prompts: list[list[int]]
     params: SamplingParams
+    #: Per prompt, its image inputs (None: a text prompt); None when no prompt has images.
+    images: list[dict[str, torch.Tensor] | None] | None = None
     done: bool = False
     result: list[list[Completion]] | None = None
     error: BaseException | None = None
@@ -97,6 +99,7 @@ class _Row:
     prompt_index: int
     sample_index: int
     ids: list[int]
+    images: dict[str, torch.Tensor] | None = None
 
 
 class _StopStrings:
@@ -154,7 +157,9 @@ class HFEngine(TextPrompts, ServesOpenAI):
         ``openai_api`` (see ``trinity.common.models.openai_api.serving.api_options``): serve the
         OpenAI-compatible API from this process once the model is loaded.
         """
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
+
+        from trinity.common.models.vision import VisionInputs, folder_is_vision_language
 
         if dtype not in _DTYPES and dtype != "auto":
             raise EngineError(f"unknown dtype {dtype!r}; use one of {', '.join(_DTYPES)} or auto")
@@ -182,10 +187,14 @@ class HFEngine(TextPrompts, ServesOpenAI):
         self.tokenizer: Any = AutoTokenizer.from_pretrained(self.tokenizer_path, trust_remote_code=trust_remote_code)
         self.chat_template = chat_template
         self.tokenizer.padding_side = "left"
-        self.model: Any = AutoModelForCausalLM.from_pretrained(
+        vision_language = folder_is_vision_language(self.model_path)
+        auto = AutoModelForImageTextToText if vision_language else AutoModelForCausalLM
+        self.model: Any = auto.from_pretrained(
             self.model_path, dtype=_DTYPES[self.dtype], trust_remote_code=trust_remote_code,
             attn_implementation=self.attn_implementation,
         )
+        if vision_language:
+            self.vision = VisionInputs(self.model_path, tokenizer=self.tokenizer)
         self.model.to(self.device)
         self.model.eval()  # type: ignore[no-untyped-call]
         self._eos_ids = self._collect_eos_ids()
@@ -274,8 +283,13 @@ class HFEngine(TextPrompts, ServesOpenAI):
             self._cohorts.leave()
 
     def generate_tokens(self, prompts: Sequence[Sequence[int]], params: SamplingParams, *,
-                        incoming: bool = False) -> list[list[Completion]]:
+                        incoming: bool = False, images: Sequence[dict[str, Any] | None] | None = None
+                        ) -> list[list[Completion]]:
         """Sample ``params.n`` completions for each prompt given as token ids (multi-turn rollouts use this).
+
+        ``images``: per prompt, the image inputs its placeholder tokens stand for
+        (:class:`~trinity.common.models.vision.VisionInputs`; None: a text prompt).
+        A prompt with images is never truncated: one too long is refused.
 
         Before serving, a batch waits ``batch_wait_ms`` for concurrent requests,
         then for the missing members of the cohorts it holds (:meth:`in_cohort`),
@@ -288,7 +302,8 @@ class HFEngine(TextPrompts, ServesOpenAI):
             if params.n < 1 or params.max_tokens < 1:
                 raise EngineError(
                     f"n and max_tokens must be at least 1, got n={params.n}, max_tokens={params.max_tokens}")
-            request = _Request([[int(t) for t in p] for p in prompts], params)
+            request = _Request([[int(t) for t in p] for p in prompts], params,
+                               self._checked_images(prompts, images) if images is not None else None)
             for i, p in enumerate(request.prompts):
                 if not p:
                     raise EngineError(f"prompt {i} is empty; give at least one token")
@@ -322,6 +337,22 @@ class HFEngine(TextPrompts, ServesOpenAI):
     #: Seconds a batch waits at most for API requests still being prepared.
     incoming_wait_s: float = 0.05
 
+    def _checked_images(self, prompts: Sequence[Sequence[int]], images: Sequence[dict[str, Any] | None]
+                        ) -> list[dict[str, torch.Tensor] | None]:
+        """``images`` as tensors, one entry per prompt; EngineError for a prompt the model cannot take whole."""
+        if len(images) != len(prompts):
+            raise EngineError(f"{len(images)} image entries for {len(prompts)} prompts; give one per prompt")
+        if any(item is not None for item in images) and self.vision is None:
+            raise EngineError(f"a prompt has images, but {self.model_path} has no vision tower")
+        out: list[dict[str, torch.Tensor] | None] = []
+        for i, (prompt, item) in enumerate(zip(prompts, images, strict=True)):
+            if item is not None and len(prompt) > self.max_prompt_tokens:
+                raise EngineError(f"prompt {i} has {len(prompt)} tokens with its images, more than this engine's "
+                                  f"{self.max_prompt_tokens} prompt tokens (model.max_prompt_tokens); a prompt with "
+                                  "images cannot be cut: raise the limit or use smaller images")
+            out.append(None if item is None else {name: torch.as_tensor(value) for name, value in item.items()})
+        return out
+
     def _await_cohorts(self) -> None:
         """Wait (model lock held) while a cohort misses members (bounded per cohort) and the batch is not full."""
         while self._cohorts.waiting():
@@ -345,8 +376,8 @@ class HFEngine(TextPrompts, ServesOpenAI):
         groups: dict[Any, list[_Request]] = {}
         for req in requests:
             key: Any = dataclasses.replace(req.params, n=1)
-            if req.params.seed is not None:
-                key = (key, id(req))  # seeded requests run alone: reproducible
+            if req.params.seed is not None or req.images is not None:
+                key = (key, id(req))  # seeded requests run alone: reproducible; so do requests with images
             groups.setdefault(key, []).append(req)
         for group in groups.values():
             try:
@@ -361,7 +392,7 @@ class HFEngine(TextPrompts, ServesOpenAI):
     def _serve_group(self, group: list[_Request]) -> None:
         params = group[0].params
         rows = [
-            _Row(req, i, j, prompt[-self.max_prompt_tokens :])
+            _Row(req, i, j, prompt[-self.max_prompt_tokens :], req.images[i] if req.images is not None else None)
             for req in group
             for i, prompt in enumerate(req.prompts)
             for j in range(req.params.n)
@@ -371,24 +402,38 @@ class HFEngine(TextPrompts, ServesOpenAI):
         }
         if params.seed is not None:
             device.manual_seed(params.seed)
+        with_images: dict[tuple[int, int], list[_Row]] = {}
+        for row in rows:
+            if row.images is not None:  # the samples of one prompt with images share its image inputs
+                with_images.setdefault((id(row.request), row.prompt_index), []).append(row)
+        rows = [row for row in rows if row.images is None]
         rows.sort(key=lambda r: len(r.ids))  # less padding per batch
-        for start in range(0, len(rows), self.max_batch_size):
-            chunk = rows[start : start + self.max_batch_size]
-            for row, completion in zip(chunk, self._sample([r.ids for r in chunk], params), strict=True):
+        size = self.max_batch_size
+        chunks: list[tuple[list[_Row], dict[str, torch.Tensor] | None]] = [
+            (rows[start : start + size], None) for start in range(0, len(rows), size)]
+        for same in with_images.values():
+            chunks += [(same[start : start + self.max_batch_size], same[0].images)
+                       for start in range(0, len(same), self.max_batch_size)]
+        for chunk, images in chunks:
+            for row, completion in zip(chunk, self._sample([r.ids for r in chunk], params, images), strict=True):
                 results[id(row.request)][row.prompt_index][row.sample_index] = completion
         for req in group:
             req.result = [[c for c in per_prompt if c is not None] for per_prompt in results[id(req)]]
 
     @torch.no_grad()
-    def _sample(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
+    def _sample(self, prompts: list[list[int]], params: SamplingParams,
+                images: dict[str, torch.Tensor] | None = None) -> list[Completion]:
         """Sample ``prompts`` (at most ``max_batch_size``) in one decode loop and build their completions.
 
         The loop is :func:`~trinity.common.models.decoding.decode` (one prefill
         per distinct prompt); a model it cannot run uses transformers' generate.
+        ``images``: the image inputs of every prompt of the chunk (the samples of one prompt).
         """
         greedy = params.temperature <= 0
         recorder = LogprobRecorder(params.temperature, params.top_k, params.top_p)
-        if self._decode_unsupported() is None:
+        if images is not None:
+            generated = self._generate(prompts, params, recorder, images)
+        elif self._decode_unsupported() is None:
             generated = decode(
                 self.model, prompts, max_tokens=params.max_tokens, greedy=greedy, processor=recorder,
                 eos_ids=sorted(self._eos_ids), pad_id=self._pad_id,
@@ -412,6 +457,7 @@ class HFEngine(TextPrompts, ServesOpenAI):
                     finish_reason=reason,
                     model_version=self._version,
                     info=info,
+                    multi_modal_inputs=images,
                 )
             )
         return out
@@ -420,14 +466,19 @@ class HFEngine(TextPrompts, ServesOpenAI):
         """Why this engine's model cannot take the shared-prefix decode loop (None: it can); checked once per model."""
         model = self.model
         if self._decode_checked_for is not model:
-            self._decode_reason = unsupported_reason(model)
+            self._decode_reason = ("a vision-language model (3-D rotary positions)" if self.vision is not None
+                                   else unsupported_reason(model))
             self._decode_checked_for = model
             if self._decode_reason is not None:
                 logger.info("hf engine: sampling with transformers' generate: %s", self._decode_reason)
         return self._decode_reason
 
-    def _generate(self, prompts: list[list[int]], params: SamplingParams, recorder: LogprobRecorder) -> torch.Tensor:
-        """Sample ``prompts`` with transformers' generate; return the ``[B, L]`` generated ids."""
+    def _generate(self, prompts: list[list[int]], params: SamplingParams, recorder: LogprobRecorder,
+                  images: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
+        """Sample ``prompts`` with transformers' generate; return the ``[B, L]`` generated ids.
+
+        ``images``: the image inputs every prompt of the chunk shares (one prompt's samples).
+        """
         from transformers import GenerationConfig, LogitsProcessorList
 
         input_ids, attention_mask = left_padded(prompts, self._pad_id)
@@ -442,12 +493,18 @@ class HFEngine(TextPrompts, ServesOpenAI):
             repetition_penalty=1.0,
             eos_token_id=sorted(self._eos_ids),
             pad_token_id=self._pad_id,
+            # a reply with an image placeholder would claim an image nobody gave: the trainer could not run it
+            suppress_tokens=self.vision.special_ids if self.vision is not None else None,
         )
         extra: dict[str, Any] = {}
         if params.stop:
             from transformers import StoppingCriteriaList
 
             extra["stopping_criteria"] = StoppingCriteriaList([_StopStrings(self.tokenizer, params.stop, width)])
+        if images is not None:
+            copies = len(prompts)
+            extra["pixel_values"] = images["pixel_values"].repeat(copies, 1).to(self.device, self.model.dtype)
+            extra["image_grid_thw"] = images["image_grid_thw"].repeat(copies, 1).to(self.device)
         sequences = self.model.generate(
             input_ids=input_ids.to(self.device),
             attention_mask=attention_mask.to(self.device),

@@ -106,6 +106,7 @@ class ModelWrapper:
             response_text=completion.text,
             info={"finish_reason": completion.finish_reason},
             truncate_status="response_truncated" if completion.finish_reason == "length" else None,
+            multi_modal_inputs=completion.multi_modal_inputs,
             eid=EID(),  # upstream's replies carry an id the workflow may set (run, step, its own task id)
         )
 

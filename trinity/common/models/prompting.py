@@ -18,9 +18,13 @@ class TextPrompts:
     tokenizer: Any
     #: A chat template replacing the tokenizer's (``model.custom_chat_template``), or None.
     chat_template: str | None = None
+    #: A vision-language model's prompt images (:class:`~trinity.common.models.vision.VisionInputs`), or None.
+    vision: Any = None
 
-    def generate_tokens(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:
-        """Sample ``params.n`` completions for each prompt given as token ids (the engine implements it)."""
+    def generate_tokens(self, prompts: Sequence[Sequence[int]], params: SamplingParams, *,
+                        images: Sequence[dict[str, Any] | None] | None = None) -> list[list[Completion]]:
+        """Sample ``params.n`` completions for each prompt given as token ids (the engine implements it);
+        ``images``: per prompt, its image inputs (None: none)."""
         raise NotImplementedError
 
     def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[list[Completion]]:
@@ -29,10 +33,22 @@ class TextPrompts:
         return self.generate_tokens(ids, params)
 
     def chat(
-        self, conversations: Sequence[Sequence[Mapping[str, str]]], params: SamplingParams
+        self, conversations: Sequence[Sequence[Mapping[str, Any]]], params: SamplingParams
     ) -> list[list[Completion]]:
-        """Apply the chat template with a generation prompt to each conversation, then sample."""
-        return self.generate_tokens([self.chat_prompt_tokens(c) for c in conversations], params)
+        """Apply the chat template with a generation prompt to each conversation, then sample.
+
+        A conversation with image parts (``{"type": "image", "image": ...}``) needs a
+        vision-language model: its images go to the model beside the prompt's tokens.
+        """
+        from trinity.common.models.vision import has_images
+
+        if not any(has_images(c) for c in conversations):
+            return self.generate_tokens([self.chat_prompt_tokens(c) for c in conversations], params)
+        if self.vision is None:
+            raise ValueError("a conversation has images, but this engine's model has no vision tower; use a "
+                             "vision-language model (Qwen2.5-VL's layout)")
+        encoded = [self.vision.encode(c, chat_template=self.chat_template) for c in conversations]
+        return self.generate_tokens([ids for ids, _ in encoded], params, images=[mm for _, mm in encoded])
 
     def chat_prompt_tokens(
         self, conversation: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None

@@ -15,6 +15,7 @@ import random
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from trinity.common.config.schema import TinyModelConfig
 
@@ -97,10 +98,24 @@ def build_tokenizer(vocab_size: int = 400, seed: int = 0):  # type: ignore[no-un
     )
 
 
+def save_quietly(model: Any, folder: Path) -> None:
+    """``model.save_pretrained(folder)`` without transformers' progress bar (a tiny model needs none)."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    try:
+        model.save_pretrained(folder)
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
+
+
 def build_tiny_model(path: str | Path, config: TinyModelConfig | None = None) -> Path:
     """Build the tiny model and tokenizer into ``path`` (atomically) and return it.
 
     If ``path`` already holds a model (``config.json``), nothing is rebuilt.
+    With ``config.vision`` the model is the tiny vision-language one (:mod:`.tiny_vlm`).
     """
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -109,6 +124,10 @@ def build_tiny_model(path: str | Path, config: TinyModelConfig | None = None) ->
     if (target / "config.json").is_file():
         return target
     cfg = config or TinyModelConfig()
+    if cfg.vision:
+        from trinity.common.models.tiny_vlm import build_tiny_vlm
+
+        return build_tiny_vlm(target, cfg)
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
@@ -130,15 +149,7 @@ def build_tiny_model(path: str | Path, config: TinyModelConfig | None = None) ->
         model = Qwen2ForCausalLM(model_config)
         model.generation_config.eos_token_id = tokenizer.eos_token_id
         model.generation_config.pad_token_id = tokenizer.pad_token_id
-        from transformers.utils import logging as hf_logging
-
-        was_enabled = hf_logging.is_progress_bar_enabled()
-        hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # a tiny model needs no progress bar
-        try:
-            model.save_pretrained(staging)
-        finally:
-            if was_enabled:
-                hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
+        save_quietly(model, staging)
         tokenizer.save_pretrained(staging)
         try:
             os.rename(staging, target)

@@ -40,7 +40,7 @@ def build_tiny_vlm(path: str | Path, config: TinyModelConfig | None = None) -> P
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
-    from trinity.common.models.tiny import build_tokenizer
+    from trinity.common.models.tiny import build_tokenizer, save_quietly
 
     target = Path(path)
     if (target / "config.json").is_file():
@@ -78,15 +78,7 @@ def build_tiny_vlm(path: str | Path, config: TinyModelConfig | None = None) -> P
         model.generation_config.eos_token_id = tokenizer.eos_token_id
         model.generation_config.pad_token_id = tokenizer.pad_token_id
         model.generation_config.bos_token_id = tokenizer.pad_token_id
-        from transformers.utils import logging as hf_logging
-
-        was_enabled = hf_logging.is_progress_bar_enabled()
-        hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
-        try:
-            model.save_pretrained(staging)
-        finally:
-            if was_enabled:
-                hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
+        save_quietly(model, staging)
         tokenizer.save_pretrained(staging)
         Qwen2VLImageProcessorPil(min_pixels=4 * _MERGED_PATCH, max_pixels=16 * _MERGED_PATCH, patch_size=14,
                                  merge_size=2, temporal_patch_size=2).save_pretrained(staging)

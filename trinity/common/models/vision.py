@@ -19,9 +19,10 @@ from __future__ import annotations
 import io
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 #: The per-row tensors :func:`multimodal_rows` adds to a batch's rows.
 ROW_FIELDS = ("mm_pixel_values", "mm_patches", "mm_image_grid", "mm_images")
@@ -48,8 +49,10 @@ def folder_is_vision_language(path: str | Path) -> bool:
 
 
 def load_image(item: Any) -> Any:
-    """Return ``item`` as an RGB PIL image: a PIL image, a file path, bytes, or ``{"bytes": ..., "path": ...}``
-    (how Hugging Face datasets store an image)."""
+    """Return ``item`` as an RGB PIL image: a PIL image, a file path, a ``data:image/...;base64,`` URL, bytes, or
+    ``{"bytes": ..., "path": ...}`` (how Hugging Face datasets store an image)."""
+    import base64
+
     from PIL import Image
 
     if isinstance(item, Image.Image):
@@ -63,6 +66,8 @@ def load_image(item: Any) -> Any:
             raise ValueError("an image record has neither bytes nor a path")
     elif isinstance(item, (bytes, bytearray)):
         image = Image.open(io.BytesIO(bytes(item)))
+    elif isinstance(item, str) and item.startswith("data:image/"):
+        image = Image.open(io.BytesIO(base64.b64decode(item.split(",", 1)[1])))
     elif isinstance(item, (str, Path)):
         image = Image.open(item)
     else:
@@ -101,9 +106,15 @@ class VisionInputs:
             self.processor = AutoImageProcessor.from_pretrained(path, backend="pil")
         self.image_token_id = int(self.config.image_token_id)
         self.merge = int(self.config.vision_config.spatial_merge_size)
+        #: The vision markers and placeholders: prompt-only tokens, never sampled.
+        self.special_ids = sorted({int(getattr(self.config, name)) for name in (
+            "image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
+            if getattr(self.config, name, None) is not None})
 
     def images(self, items: Sequence[Any]) -> dict[str, torch.Tensor]:
         """The model inputs of ``items`` (any form :func:`load_image` reads)."""
+        import torch  # noqa: F401 - the processor returns torch tensors
+
         processed = self.processor(images=[load_image(item) for item in items], return_tensors="pt")
         return {"pixel_values": processed["pixel_values"].float(),
                 "image_grid_thw": processed["image_grid_thw"].long()}
@@ -145,6 +156,8 @@ def multimodal_rows(inputs: Sequence[Mapping[str, torch.Tensor] | None]) -> dict
     ``mm_pixel_values`` ``[B, P, dim]`` and ``mm_patches`` ``[B]`` (real patches
     per row); ``mm_image_grid`` ``[B, I, 3]`` and ``mm_images`` ``[B]``.
     """
+    import torch
+
     rows = len(inputs)
     present = [item for item in inputs if item is not None]
     if not present:
@@ -163,6 +176,8 @@ def multimodal_rows(inputs: Sequence[Mapping[str, torch.Tensor] | None]) -> dict
 
 def model_inputs(rows: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The ``pixel_values`` and ``image_grid_thw`` of a micro-batch's rows (in row order); empty without images."""
+    import torch
+
     if "mm_images" not in rows or int(rows["mm_images"].sum()) == 0:
         return {}
     patches, images = rows["mm_patches"].tolist(), rows["mm_images"].tolist()

@@ -306,8 +306,15 @@ class VLLMEngine(TextPrompts, ServesOpenAI):
 
     # ------------------------------------------------------------------ sampling
 
-    def generate_tokens(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[Completion]]:
-        """Sample ``params.n`` completions for each prompt given as token ids (multi-turn rollouts use this)."""
+    def generate_tokens(self, prompts: Sequence[Sequence[int]], params: SamplingParams, *,
+                        images: Sequence[dict[str, Any] | None] | None = None) -> list[list[Completion]]:
+        """Sample ``params.n`` completions for each prompt given as token ids (multi-turn rollouts use this).
+
+        Prompts with images are not taken yet (VLLMEngineError says so).
+        """
+        if images is not None and any(item is not None for item in images):
+            raise VLLMEngineError("the vllm engine does not take prompts with images yet; use "
+                                  "explorer.rollout_model.engine_type: hf for vision-language rollouts")
         if params.n < 1 or params.max_tokens < 1:
             raise VLLMEngineError(
                 f"n and max_tokens must be at least 1, got n={params.n}, max_tokens={params.max_tokens}"

@@ -2,7 +2,7 @@
 
 Built in: ``math`` (answer checking), ``toy_repeat`` (a task a tiny model
 learns on a CPU), ``guess_number`` (multi-turn example), and upstream
-Trinity-RFT's ``simple_workflow``, ``math_workflow``, ``math_boxed_workflow``,
+Trinity-RFT's ``simple_workflow``, ``simple_mm_workflow`` (images), ``math_workflow``, ``math_boxed_workflow``,
 ``math_eval_workflow``, ``tool_call_workflow``, ``frozen_lake_workflow``,
 ``sudoku_workflow``, ``on_policy_distill[_math]_workflow``; see
 :mod:`trinity.common.workflows.catalog`. Names are imported on first use, so
@@ -32,6 +32,7 @@ __getattr__, __dir__ = lazy_exports(__name__, {
     "write_toy_tasks": "toy",
     "SingleTurnWorkflow": "single_turn",
     "SimpleWorkflow": "simple",
+    "SimpleMMWorkflow": "simple_mm",
     "R1MathWorkflow": "simple",
     "MathBoxedWorkflow": "math_boxed",
     "MathEvalWorkflow": "math_eval",

@@ -304,6 +304,7 @@ def experience_from_completion(
         group_id=task.group_id,
         run_id=run_id,
         model_version=completion.model_version,
+        multi_modal_inputs=completion.multi_modal_inputs,
         info={
             "task_set": task.task_set,
             "task_index": task.index,

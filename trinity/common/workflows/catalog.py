@@ -37,6 +37,8 @@ BUILT_IN: dict[str, str] = {
     # upstream Trinity-RFT's built-in names
     "simple_workflow": f"{_W}.simple:SimpleWorkflow",
     "async_simple_workflow": f"{_W}.simple:SimpleWorkflow",
+    "simple_mm_workflow": f"{_W}.simple_mm:SimpleMMWorkflow",
+    "async_simple_mm_workflow": f"{_W}.simple_mm:SimpleMMWorkflow",
     "math_workflow": f"{_W}.simple:R1MathWorkflow",
     "async_math_workflow": f"{_W}.simple:R1MathWorkflow",
     "math_boxed_workflow": f"{_W}.math_boxed:MathBoxedWorkflow",
@@ -81,9 +83,6 @@ UNAVAILABLE: dict[str, str] = {
     **{name: f"{name} asks an LLM judge through an OpenAI-compatible API (RULER / rubric judging), "
              f"not available in trinity-rft; {_OWN}"
        for name in ("rubric_judge_workflow", "rubric_judge_openai_workflow")},
-    **{name: f"{name} is multimodal (images/videos), which trinity-rft does not support; use simple_workflow "
-             f"for text tasks"
-       for name in ("simple_mm_workflow", "async_simple_mm_workflow")},
     # reward functions
     "rm_gallery_reward": "rm_gallery_reward needs RM-Gallery reward models (rm_gallery package), not available in "
                          "trinity-rft; use math_reward, accuracy_reward or your own reward function",

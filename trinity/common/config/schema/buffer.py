@@ -12,7 +12,8 @@ from typing import Any
 
 from trinity.common.config.schema.fields import inert, refused, refused_values
 
-_MULTIMODAL = "multimodal data is not supported yet; remove the key"
+_MULTIMODAL = ("videos are not supported yet (images are: format.image_key with a vision-language model); "
+               "remove the key")
 
 
 @dataclass
@@ -33,9 +34,9 @@ class FormatConfig:
     messages_key: str = "message"
     #: Key of the tool schemas of a record (passed to the chat template).
     tools_key: str = "tools"
-    #: Key of an image (upstream multimodal).
-    image_key: str | None = refused(None, _MULTIMODAL)
-    #: Key of a video (upstream multimodal).
+    #: Key of a record's images (one image or a list: PIL images, file paths, bytes), for vision-language models.
+    image_key: str | None = None
+    #: Key of a record's videos (upstream multimodal).
     video_key: str | None = refused(None, _MULTIMODAL)
     #: Text put at the start of the assistant's reply.
     reply_prefix: str | None = None

@@ -24,6 +24,8 @@ class TinyModelConfig:
     vocab_size: int = 400
     #: Seed of the initial weights.
     seed: int = 0
+    #: A vision-language model (Qwen2.5-VL's layout, a one-block vision tower) instead of a text-only one.
+    vision: bool = False
 
 
 @dataclass
