@@ -292,3 +292,22 @@ def test_the_reference_models_offload_keys_have_no_effect_with_lora() -> None:
                       "trainer.trainer_config.actor_rollout_ref.ref.fsdp_config.param_offload": True})
     assert plan.trainer.reference_offload.any is False  # no second model: the reference is the actor
     assert any("ref.fsdp_config offload has no effect here: with LoRA" in note for note in plan.notes)
+
+
+def test_lora_with_parameter_offload_trains_as_without(ray_local: Any, tiny_path: Path, tmp_path: Path) -> None:
+    """FSDP2's offload policy with the frozen base and trainable adapters in the same blocks: the same three steps."""
+    experiences = make_experiences(groups=2, group_size=3, seed=8, logprobs=True)
+    results = {}
+    for name, extra in (("plain", {}), ("offload", {
+            "trainer.trainer_config.actor_rollout_ref.actor.fsdp_config.param_offload": True})):
+        trainer = _lora_trainer(tiny_path, tmp_path / name, **extra)
+        try:
+            results[name] = ([trainer.train_step(experiences) for _ in range(3)], trainer.full_state_dict())
+        finally:
+            trainer.shutdown()
+    (plain, plain_weights), (offloaded, offloaded_weights) = results["plain"], results["offload"]
+    for before, after in zip(plain, offloaded, strict=True):
+        assert after["loss"] == pytest.approx(before["loss"], rel=1e-6)
+        assert after["grad_norm"] == pytest.approx(before["grad_norm"], rel=1e-6) and before["grad_norm"] > 0
+    for name, value in plain_weights.items():
+        torch.testing.assert_close(offloaded_weights[name], value, rtol=1e-6, atol=1e-7)
