@@ -654,15 +654,10 @@ class FSDPWorker:
                           ) -> torch.Tensor:
         """``statistic`` of each packed prediction (positions 0..N-2) from packed logits ``scaled`` (no gradient);
         with Ulysses, ``scaled`` is this rank's slice and the group's slices are gathered."""
-        if self.sequence_parallel == 1:
+        if self._last_shard is None:
             return statistic(scaled[0, :-1])
-        import torch.distributed as dist
-
-        layout = packed_layout(mb["attention_mask"])
-        local = statistic(scaled[0]).contiguous()
-        parts = [torch.empty_like(local) for _ in range(self.sequence_parallel)]
-        dist.all_gather(parts, local, group=self.sequence_group)
-        return torch.cat(parts)[:int(layout.real.sum()) - 1]
+        tokens = int(mb["attention_mask"].sum())
+        return ulysses.gather_sequence(statistic(scaled[0]), self._last_shard)[:tokens - 1]
 
     def _shared_prefix_token_logprobs(self, model: nn.Module, mb: Rows, layout: shared_prefix.SharedPrefixLayout,
                                       with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
@@ -918,17 +913,13 @@ class FSDPWorker:
         dist.barrier()
         return committed
 
-    def _actor_state_options(self) -> Any:
-        """State-dict options of the actor's checkpoint: a LoRA run's holds the adapters (the base is its model)."""
-        from torch.distributed.checkpoint.state_dict import StateDictOptions
-
-        return StateDictOptions(ignore_frozen_params=self.settings.lora is not None)
-
     def _actor_checkpoint_state(self) -> tuple[dict[str, Any], Any]:
-        """The actor's model and optimizer state as its checkpoint holds them (a LoRA run's: adapters only)."""
-        from torch.distributed.checkpoint.state_dict import get_state_dict
+        """The actor's model and optimizer state as its checkpoint holds them (a LoRA run's: adapters only, the
+        base being its model folder)."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
-        model_state, optim_state = get_state_dict(self.actor, self.optimizer, options=self._actor_state_options())
+        options = StateDictOptions(ignore_frozen_params=self.settings.lora is not None)
+        model_state, optim_state = get_state_dict(self.actor, self.optimizer, options=options)
         if self.settings.lora is not None:  # a tied weight's second name survives ignore_frozen_params
             model_state = {name: value for name, value in model_state.items() if lora.is_adapter(name)}
         return model_state, optim_state
@@ -1142,8 +1133,6 @@ class FSDPWorker:
         metas and the file's size. Raises RuntimeError on a trainer of several
         ranks, WeightSyncError when no folder has room.
         """
-        from torch.distributed.tensor import DTensor
-
         from trinity.weight_transport.shared_file import SharedWeights, layout, room_for
 
         if self.world_size != 1:
@@ -1151,16 +1140,10 @@ class FSDPWorker:
         self._check_ready()
         parameters = list(self.actor.named_parameters())
         key = (path, tuple(id(p) for _, p in parameters))
-        if self._shared_weights is None or self._shared_key != key:
-            # the one rank's local tensors are the whole weights, updated in place by every step: kept, not re-read
-            aliases = self._tied_aliases()
-            self._shared_sources = {
-                name: (value.to_local() if isinstance(value, DTensor) else value).detach()
-                for name, value in parameters if name not in aliases
-            }
-            if self.settings.lora is not None:
-                self._shared_sources = {name: value for name, value in self._one_rank_state().items()
-                                        if name not in aliases}
+        fresh = self._shared_weights is None or self._shared_key != key
+        if fresh or self.settings.lora is not None:  # merged weights are new tensors: made again for every version
+            self._shared_sources = self._shared_source_tensors(parameters)
+        if fresh:
             metas = [TensorMeta(name, dtype_name(self._export_dtype_of(value)), tuple(int(n) for n in value.shape))
                      for name, value in self._shared_sources.items()]
             if self._shared_weights is not None:
@@ -1168,12 +1151,19 @@ class FSDPWorker:
             target = room_for(Path(path), layout(metas)[1])
             self._shared_weights = SharedWeights(target, metas, create=True)
             self._shared_key = key
-        elif self.settings.lora is not None:  # merged weights are new tensors: made again for every version
-            aliases = self._tied_aliases()
-            self._shared_sources = {name: value for name, value in self._one_rank_state().items()
-                                    if name not in aliases}
         self._shared_weights.write(self._shared_sources, version)
         return str(self._shared_weights.path), self._shared_weights.metas, self._shared_weights.nbytes
+
+    def _shared_source_tensors(self, parameters: list[tuple[str, nn.Parameter]]) -> dict[str, torch.Tensor]:
+        """What the shared file is written from: the one rank's live local weights (updated in place by every step,
+        so kept, not re-read), or a LoRA run's merged weights."""
+        from torch.distributed.tensor import DTensor
+
+        aliases = self._tied_aliases()
+        if self.settings.lora is not None:
+            return {name: value for name, value in self._one_rank_state().items() if name not in aliases}
+        return {name: (value.to_local() if isinstance(value, DTensor) else value).detach()
+                for name, value in parameters if name not in aliases}
 
     def close_shared_weights(self) -> None:
         """Remove the shared weights file (the engine's mapping stays valid until it lets go)."""

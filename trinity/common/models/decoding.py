@@ -51,9 +51,13 @@ def unsupported_reason(model: torch.nn.Module) -> str | None:
         from transformers.cache_utils import DynamicCache, DynamicLayer
     except ImportError:
         return "this transformers has no per-layer key/value cache"
+    from trinity.common.models.vision import is_vision_language
+
     config = getattr(model, "config", None)
     if config is None or getattr(config, "is_encoder_decoder", False):
         return "not a decoder-only transformers model"
+    if is_vision_language(config):
+        return "a vision-language model (its rotary positions follow the images)"
     params = inspect.signature(model.forward).parameters
     missing = [name for name in ("input_ids", "attention_mask", "position_ids", "use_cache") if name not in params]
     if missing or _cache_argument(model) is None:

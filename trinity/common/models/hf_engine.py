@@ -412,8 +412,7 @@ class HFEngine(TextPrompts, ServesOpenAI):
         chunks: list[tuple[list[_Row], dict[str, torch.Tensor] | None]] = [
             (rows[start : start + size], None) for start in range(0, len(rows), size)]
         for same in with_images.values():
-            chunks += [(same[start : start + self.max_batch_size], same[0].images)
-                       for start in range(0, len(same), self.max_batch_size)]
+            chunks += [(same[start : start + size], same[0].images) for start in range(0, len(same), size)]
         for chunk, images in chunks:
             for row, completion in zip(chunk, self._sample([r.ids for r in chunk], params, images), strict=True):
                 results[id(row.request)][row.prompt_index][row.sample_index] = completion
@@ -466,8 +465,7 @@ class HFEngine(TextPrompts, ServesOpenAI):
         """Why this engine's model cannot take the shared-prefix decode loop (None: it can); checked once per model."""
         model = self.model
         if self._decode_checked_for is not model:
-            self._decode_reason = ("a vision-language model (3-D rotary positions)" if self.vision is not None
-                                   else unsupported_reason(model))
+            self._decode_reason = unsupported_reason(model)
             self._decode_checked_for = model
             if self._decode_reason is not None:
                 logger.info("hf engine: sampling with transformers' generate: %s", self._decode_reason)
