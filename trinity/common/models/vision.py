@@ -113,8 +113,6 @@ class VisionInputs:
 
     def images(self, items: Sequence[Any]) -> dict[str, torch.Tensor]:
         """The model inputs of ``items`` (any form :func:`load_image` reads)."""
-        import torch  # noqa: F401 - the processor returns torch tensors
-
         processed = self.processor(images=[load_image(item) for item in items], return_tensors="pt")
         return {"pixel_values": processed["pixel_values"].float(),
                 "image_grid_thw": processed["image_grid_thw"].long()}
