@@ -97,28 +97,63 @@ def test_rows_carry_each_rows_images_and_give_a_micro_batch_its_own() -> None:
     assert model_inputs({name: value[1:2] for name, value in rows.items()}) == {}  # a text-only row
 
 
+def rotary_positions(ids: list[int], image_token_id: int, grids: torch.Tensor, merge: int = 2) -> torch.Tensor:
+    """Qwen2.5-VL's 3-D rotary positions of one prompt, by its published rule (an oracle independent of our code).
+
+    Text tokens count up on all three axes. An image of ``t x h x w`` merged
+    patches, starting at position ``p``, gives its patches ``(p + t', p + h',
+    p + w')``; the text after it resumes at ``p + max(h, w)``.
+    """
+    axes: list[tuple[int, int, int]] = []
+    images = iter(grids.tolist())
+    position = index = 0
+    while index < len(ids):
+        if ids[index] != image_token_id:
+            axes.append((position, position, position))
+            position += 1
+            index += 1
+            continue
+        t, h, w = next(images)
+        h, w = h // merge, w // merge
+        axes += [(position + a, position + b, position + c) for a in range(t) for b in range(h) for c in range(w)]
+        index += t * h * w
+        position += max(h, w)
+    return torch.tensor(axes).T.unsqueeze(1)  # [3, 1, T]
+
+
+def _oracle_logprobs(model: Any, experience: Experience, mrope: bool = True) -> torch.Tensor:
+    assert experience.multi_modal_inputs is not None
+    images = experience.multi_modal_inputs
+    ids = experience.tokens.unsqueeze(0)
+    positions = rotary_positions(experience.tokens.tolist(), model.config.image_token_id, images["image_grid_thw"])
+    with torch.no_grad():
+        logits = model(input_ids=ids, position_ids=positions if mrope else None, **images).logits[0]
+    return torch.log_softmax(logits[:-1].float(), dim=-1).gather(-1, experience.tokens[1:].unsqueeze(-1)).squeeze(-1)
+
+
+@pytest.mark.parametrize("layout", ["padded", "packed"])
 def test_the_trainers_log_probs_of_rows_with_images_equal_the_model_run_alone(
-    ray_local: Any, tiny_vlm: Path, tmp_path: Path
+    ray_local: Any, tiny_vlm: Path, tmp_path: Path, layout: str
 ) -> None:
+    """The model alone, on each experience with its images at Qwen2.5-VL's 3-D rotary positions, is the oracle."""
     from transformers import AutoModelForImageTextToText
 
     experiences = _experiences(tiny_vlm)
     model = AutoModelForImageTextToText.from_pretrained(tiny_vlm, dtype=torch.float32)
-    plan = make_trainer_plan(tiny_vlm, tmp_path, "grpo", world_size=1, micro_batch_size=4)
+    plan = make_trainer_plan(tiny_vlm, tmp_path, "grpo", world_size=1, micro_batch_size=4, **{
+        "trainer.trainer_config.actor_rollout_ref.model.use_remove_padding": layout == "packed"})
     trainer = FSDPTrainer(plan, world_size=1, in_process=True)
     try:
         rows = batch_rows(make_batch(experiences, 0))
         rows.update(multimodal_rows([e.multi_modal_inputs for e in experiences]))
         got = rows_from_wire(trainer.workers[0].prepare(rows_to_wire(rows), ["old_logprobs"], [slice(0, 4)]))
         for row, experience in enumerate(experiences):
-            assert experience.multi_modal_inputs is not None
-            with torch.no_grad():
-                logits = model(input_ids=experience.tokens.unsqueeze(0), **experience.multi_modal_inputs).logits[0]
-            expected = torch.log_softmax(logits[:-1].float(), dim=-1).gather(
-                -1, experience.tokens[1:].unsqueeze(-1)).squeeze(-1)
+            expected = _oracle_logprobs(model, experience)
             start, end = experience.prompt_length - 1, len(experience.tokens) - 1
             torch.testing.assert_close(got["old_logprobs"][row, start:end], expected[start:end], rtol=1e-4,
                                        atol=1e-5)
+            flat = _oracle_logprobs(model, experience, mrope=False)  # the 1-D positions give other log-probs
+            assert float((flat[start:end] - expected[start:end]).abs().max()) > 1e-4
         visual = {n: _local(p).clone() for n, p in trainer.workers[0].actor.named_parameters() if "visual" in n}
         metrics = trainer.train_step(experiences)
         assert np.isfinite(metrics["loss"]) and metrics["grad_norm"] > 0
@@ -129,7 +164,33 @@ def test_the_trainers_log_probs_of_rows_with_images_equal_the_model_run_alone(
         trainer.shutdown()
 
 
-def test_image_task_sets_need_a_model_engine_and_trainer_that_take_images(tiny_vlm: Path, tmp_path: Path) -> None:
+def test_rows_with_images_split_over_two_ranks_train_as_one_rank_running_them_whole(
+    ray_local: Any, tiny_vlm: Path, tmp_path: Path
+) -> None:
+    """Ulysses 2 with images: every rank embeds the images, each runs its slice; loss and gradients as SP 1."""
+    experiences = _experiences(tiny_vlm)
+    results = {}
+    for name, world, sp in (("whole", 1, 1), ("split", 2, 2)):
+        plan = make_trainer_plan(tiny_vlm, tmp_path / name, "grpo", world_size=world, micro_batch_size=2, **{
+            "trainer.ulysses_sequence_parallel_size": sp,
+            "trainer.trainer_config.actor_rollout_ref.model.use_remove_padding": True,
+            "algorithm.optimizer.optimizer_type": "sgd", "algorithm.optimizer.lr": 1.0})
+        trainer = FSDPTrainer(plan, world_size=world)
+        try:
+            before = trainer.full_state_dict()
+            metrics = trainer.train_step(experiences)
+            results[name] = (metrics, {k: v - before[k] for k, v in trainer.full_state_dict().items()})
+        finally:
+            trainer.shutdown()
+    (whole, whole_delta), (split, split_delta) = results["whole"], results["split"]
+    for key in ("loss", "grad_norm", "pg_loss"):
+        assert split[key] == pytest.approx(whole[key], rel=1e-5, abs=1e-7), key
+    worst = max(float((split_delta[k] - v).abs().max()) for k, v in whole_delta.items())
+    assert worst < 1e-5, worst
+    assert max(float(whole_delta[k].abs().max()) for k in whole_delta if "visual" in k) > 0  # the tower trained
+
+
+def test_image_task_sets_need_a_vision_language_model(tiny_vlm: Path, tmp_path: Path) -> None:
     from tests.plans import make_plan
     from trinity.common.config.loader import ConfigError
     from trinity.common.models.tiny import build_tiny_model
@@ -139,11 +200,35 @@ def test_image_task_sets_need_a_model_engine_and_trainer_that_take_images(tiny_v
     base = {"mode": "both", "model.model_path": str(tiny_vlm), "buffer.explorer_input.taskset": taskset}
     assert make_plan(base).buffer.train_taskset.format.image_key == "images"
     text_model = build_tiny_model(tmp_path / "text")
-    with pytest.raises(ConfigError, match=r"format.image_key gives the tasks images, but .* has no vision tower"):
+    with pytest.raises(ConfigError, match=r"format.image_key gives the records images, but .* has no vision tower"):
         make_plan({**base, "model.model_path": str(text_model)})
-    with pytest.raises(ConfigError, match=r"the vllm engine does not take images yet"):
-        make_plan({**base, "explorer.rollout_model.engine_type": "vllm"})
-    with pytest.raises(ConfigError, match=r"rows with images run padded"):
-        make_plan({**base, "trainer.trainer_config.actor_rollout_ref.model.use_remove_padding": True})
+    assert make_plan({**base, "explorer.rollout_model.engine_type": "vllm",
+                      "trainer.ulysses_sequence_parallel_size": 2, "cluster.gpu_per_node": 3}) is not None
     with pytest.raises(ConfigError, match=r"videos are not supported yet \(images are"):
         make_plan({**base, "buffer.explorer_input.taskset": {**taskset, "format": {"video_key": "videos"}}})
+
+
+def test_sft_records_with_images_carry_them_with_the_placeholders_in_the_prompt(tiny_vlm: Path) -> None:
+    """Upstream's mix_vlm SFT shape: a plaintext prompt with ``<image>`` tags, the record's images under image_key."""
+    from trinity.buffer.formatters import FormatError, format_sft
+    from trinity.common.config.schema import FormatConfig
+
+    vision = VisionInputs(tiny_vlm)
+    fmt = FormatConfig(prompt_type="plaintext", prompt_key="problem", response_key="response", image_key="images")
+    record = {"problem": "<image>How many squares?", "response": "There are \\boxed{2}.",
+              "images": [_image(0, (56, 84))]}
+    experience = format_sft(record, fmt, vision.tokenizer, vision=vision)
+    expected_prompt, images = vision.encode([{"role": "user", "content": [
+        {"type": "image", "image": record["images"][0]}, {"type": "text", "text": "How many squares?"}]}])
+    assert images is not None and experience.multi_modal_inputs is not None
+    assert experience.tokens[: experience.prompt_length].tolist() == expected_prompt  # 6 placeholders, all prompt
+    torch.testing.assert_close(experience.multi_modal_inputs["pixel_values"], images["pixel_values"])
+    text_only = format_sft({**record, "problem": "How many squares?"}, FormatConfig(
+        prompt_type="plaintext", prompt_key="problem", response_key="response"), vision.tokenizer)
+    response = experience.tokens[experience.prompt_length:]
+    assert response.tolist() == text_only.tokens[text_only.prompt_length:].tolist()  # trained on the reply only
+    assert bool(experience.action_mask.all())
+    with pytest.raises(FormatError, match="has no vision tower"):
+        format_sft(record, fmt, vision.tokenizer)
+    with pytest.raises(FormatError, match=r"more <image> tags than its 1 image"):
+        format_sft({**record, "problem": "<image><image>?"}, fmt, vision.tokenizer, vision=vision)

@@ -241,23 +241,18 @@ def _unknown(registry: Any, name: str) -> str:
 SYNC_STYLE_ALIASES = {"dynamic_by_explorer": "explorer_driven", "dynamic_by_trainer": "trainer_driven"}
 
 
-def _check_images(config: Config, buffer: Any, trainer: Any, model_path: str) -> None:
-    """Refuse image task sets the run cannot take: a text-only model, vLLM engines, packed or split sequences."""
+def _check_images(buffer: Any, model_path: str) -> None:
+    """Refuse task sets and data sets with images (``format.image_key``) on a text-only model."""
     from trinity.common.models.vision import folder_is_vision_language
 
-    with_images = [t for t in (buffer.train_taskset, *buffer.eval_tasksets) if t is not None and t.format.image_key]
-    if not with_images:
+    tasksets = [t for t in (buffer.train_taskset, *buffer.eval_tasksets) if t is not None and t.format.image_key]
+    datasets = [d for d in (buffer.dataset, *buffer.auxiliary.values()) if d is not None and d.format.image_key]
+    if not tasksets and not datasets:
         return
-    where = f"task set {with_images[0].name!r}: format.image_key"
+    where = (f"task set {tasksets[0].name!r}" if tasksets else f"data set {datasets[0].name!r}") + ": format.image_key"
     if (Path(model_path) / "config.json").is_file() and not folder_is_vision_language(model_path):
-        raise ConfigError(f"{where} gives the tasks images, but {model_path} has no vision tower; use a "
+        raise ConfigError(f"{where} gives the records images, but {model_path} has no vision tower; use a "
                           "vision-language model (Qwen2.5-VL's layout), or model.tiny.vision: true for the tiny one")
-    if config.explorer.rollout_model.engine_type == "vllm":
-        raise ConfigError(f"{where}: the vllm engine does not take images yet; set "
-                          "explorer.rollout_model.engine_type: hf")
-    if trainer.pack_sequences or trainer.ulysses_size > 1:
-        raise ConfigError(f"{where}: rows with images run padded; set actor_rollout_ref.model.use_remove_padding "
-                          "false and trainer.ulysses_sequence_parallel_size 1")
 
 
 def _sync(config: Config, schema: str, notes: list[str]) -> SyncPlan:
@@ -327,7 +322,7 @@ def _resolve(config: Config, stage: tuple[int, int, str] | None) -> RunPlan:
     trainer = resolve_trainer(config, verl, dtype=model.dtype, max_model_len=model.max_model_len,
                               use_critic=bool(getattr(training, "use_critic", False)),
                               critic_path=model.critic_path, temperature=float(rollout_temperature))
-    _check_images(config, buffer, trainer, model.path)
+    _check_images(buffer, model.path)
     if trainer.lora is not None and offload_plan(verl, "ref").any:
         notes.append("trainer.trainer_config.actor_rollout_ref.ref.fsdp_config offload has no effect here: with "
                      "LoRA the reference model is the actor with its adapters off, offloaded as the actor is")

@@ -234,10 +234,10 @@ class FSDPWorker:
         model_path = self.run.model.path
         remote_code = self.run.model.trust_remote_code
         self._join_sequence_groups()
-        policy_attention = self.attention
+        policy_attention: str | dict[str, str] | None = self.attention
         if self.sequence_parallel > 1:
             ulysses.register()
-            policy_attention = ulysses.ATTENTION_NAME
+            policy_attention = ulysses.attention_implementation(model_path, self.attention)
 
         support = trinity.device.offload_support() if settings.offloads else None
         actor = load_causal_lm(model_path, trust_remote_code=remote_code, attn_implementation=policy_attention)
@@ -246,6 +246,8 @@ class FSDPWorker:
             self.trainable_params = lora.inject(actor, settings.lora)
         if settings.gradient_checkpointing:
             _enable_gradient_checkpointing(actor)
+        #: The policy's config: vision-language rows take their placeholder ids from it.
+        self._model_config = actor.config
         self.actor = self._shard(actor, settings.offload, support, "actor")
         self.actor.eval()  # no dropout in RL fine-tuning; gradients still flow
         if settings.gradient_checkpointing:
@@ -407,7 +409,7 @@ class FSDPWorker:
             if "values" in out:
                 if self.critic is None:
                     raise RuntimeError("values asked for, but this trainer has no critic")
-                values = self.critic(ids, mask, **vision.model_inputs(mb))[:, :-1]
+                values = self.critic(ids, mask, **vision.model_inputs(mb, self._model_config))[:, :-1]
                 out["values"][where, :length] = values.float().cpu()
         return rows_to_wire(out)
 
@@ -547,21 +549,16 @@ class FSDPWorker:
         sequence (:meth:`_packed_token_logprobs`).
         """
         self._logits_layout = None
-        images = vision.model_inputs(mb)
-        if images:  # rows with images run padded: their 3-D rotary positions come from the rows as they are
-            if self.sequence_parallel > 1 or self.settings.pack_sequences:
-                raise RuntimeError("rows with images run padded: set actor_rollout_ref.model.use_remove_padding "
-                                   "false and trainer.ulysses_sequence_parallel_size 1 for vision-language data")
-            return self._padded_token_logprobs(model, mb, with_entropy, images)
-        if id(model) in self._shares_prefix:
+        images = vision.model_inputs(mb, self._model_config)
+        if not images and id(model) in self._shares_prefix:
             layout = shared_prefix.shared_prefix_layout(mb["input_ids"], mb["attention_mask"], mb["response_mask"])
             if layout is not None:
                 return self._shared_prefix_token_logprobs(model, mb, layout, with_entropy)
         if self.sequence_parallel > 1:
-            return self._sequence_parallel_token_logprobs(model, mb, with_entropy)
+            return self._sequence_parallel_token_logprobs(model, mb, with_entropy, images)
         if self.settings.pack_sequences:
-            return self._packed_token_logprobs(model, mb, with_entropy)
-        return self._padded_token_logprobs(model, mb, with_entropy, {})
+            return self._packed_token_logprobs(model, mb, with_entropy, images)
+        return self._padded_token_logprobs(model, mb, with_entropy, images)
 
     def _padded_token_logprobs(self, model: nn.Module, mb: Rows, with_entropy: bool, images: dict[str, torch.Tensor]
                                ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
@@ -580,19 +577,27 @@ class FSDPWorker:
                 entropy = torch.nn.functional.pad(entropy, (start, 0))
         return logprobs, entropy, logits
 
-    def _packed_token_logprobs(self, model: nn.Module, mb: Rows, with_entropy: bool
+    def _packed_token_logprobs(self, model: nn.Module, mb: Rows, with_entropy: bool,
+                               images: dict[str, torch.Tensor] | None = None
                                ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
         """As :meth:`_token_logprobs`, with the rows packed into one sequence of their real tokens (no padding).
 
         ``position_ids`` restart at 0 for each row, which is how the model's
         attention keeps the rows apart (no token attends across a row boundary).
+        With ``images`` each row also gets its own 3-D rotary positions
+        (:func:`~trinity.common.models.vision.packed_positions`).
         The logits returned are the packed ones (``[1, N, V]``).
         """
         ids = mb["input_ids"]
         rows, width = ids.shape
         layout = packed_layout(mb["attention_mask"])
         packed = ids[layout.real].unsqueeze(0)
-        logits = model(input_ids=packed, position_ids=layout.positions.unsqueeze(0), use_cache=False).logits
+        positions = layout.positions.unsqueeze(0)
+        extra: dict[str, torch.Tensor] = {}
+        if images:
+            positions = vision.packed_positions(model, mb, layout.real, layout.positions, self._model_config)
+            extra = {name: images[name] for name in ("pixel_values", "image_grid_thw")}
+        logits = model(input_ids=packed, position_ids=positions, use_cache=False, **extra).logits
         flat_logprobs, flat_entropy = self._head(logits, packed, self.temperature, with_entropy)
         predicted, source = layout.predicted, layout.source
         logprobs = flat_logprobs.new_zeros((rows, width - 1))
@@ -614,7 +619,8 @@ class FSDPWorker:
         return ulysses.SequenceShard(self.sequence_group, self.sequence_parallel, self.sequence_rank,
                                      ulysses.padded_segments(lengths, self.sequence_parallel))
 
-    def _sequence_parallel_token_logprobs(self, model: nn.Module, mb: Rows, with_entropy: bool
+    def _sequence_parallel_token_logprobs(self, model: nn.Module, mb: Rows, with_entropy: bool,
+                                          images: dict[str, torch.Tensor] | None = None
                                           ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
         """As :meth:`_packed_token_logprobs`, the packed sequence split over the rank's Ulysses group.
 
@@ -622,6 +628,8 @@ class FSDPWorker:
         log-probs (and entropies) of every slice are gathered, so each rank of
         the group returns the whole micro-batch's. The logits returned are
         this rank's slice's (``[1, N / P, V]``): see :meth:`_packed_statistic`.
+        With ``images`` every rank embeds the whole sequence, images included,
+        and its language model runs its slice (:func:`.ulysses.language_model_slice`).
         """
         ids = mb["input_ids"]
         rows, width = ids.shape
@@ -633,9 +641,18 @@ class FSDPWorker:
         positions = torch.cat([layout.positions,
                                torch.arange(shard.total - tokens, device=packed.device, dtype=layout.positions.dtype)])
         mine = shard.local()
-        with ulysses.sharding(shard):
-            logits = model(input_ids=padded[mine].unsqueeze(0), position_ids=positions[mine].unsqueeze(0),
-                           use_cache=False).logits
+        if images:
+            spatial = vision.packed_positions(model, mb, layout.real, layout.positions, self._model_config)
+            tail = positions[tokens:].view(1, 1, -1).expand(4, 1, -1)
+            everything = torch.cat([spatial, tail], dim=2)
+            with ulysses.sharding(shard), ulysses.language_model_slice(model, mine):
+                logits = model(input_ids=padded[: shard.total].unsqueeze(0), position_ids=everything,
+                               pixel_values=images["pixel_values"], image_grid_thw=images["image_grid_thw"],
+                               use_cache=False).logits
+        else:
+            with ulysses.sharding(shard):
+                logits = model(input_ids=padded[mine].unsqueeze(0), position_ids=positions[mine].unsqueeze(0),
+                               use_cache=False).logits
         # the head predicts token t + 1 from position t: one more logits row (never read) lines the next tokens up
         ahead = torch.nn.functional.pad(logits, (0, 0, 0, 1))
         nexts = padded[mine.start:mine.stop + 1].unsqueeze(0)
@@ -745,7 +762,8 @@ class FSDPWorker:
     def _value_loss(self, mb: Rows, w_tokens: float) -> tuple[torch.Tensor, dict[str, float]]:
         assert self.critic is not None
         mask = mb["response_mask"]
-        values = self.critic(mb["input_ids"], mb["attention_mask"], **vision.model_inputs(mb))[:, :-1]
+        values = self.critic(mb["input_ids"], mb["attention_mask"],
+                             **vision.model_inputs(mb, self._model_config))[:, :-1]
         old = mb["values"]
         returns = mb["returns"]
         assert self.settings.critic is not None

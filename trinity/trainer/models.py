@@ -47,7 +47,8 @@ def resolve_torch_compile(requested: bool | None) -> bool:
     return requested
 
 
-def load_causal_lm(path: str, *, trust_remote_code: bool = False, attn_implementation: str | None = None) -> nn.Module:
+def load_causal_lm(path: str, *, trust_remote_code: bool = False,
+                   attn_implementation: str | dict[str, str] | None = None) -> nn.Module:
     """Load a Hugging Face causal LM in float32 (the optimizer's master weights) on the CPU.
 
     A vision-language model (a config with a vision tower) loads as one, images and all.

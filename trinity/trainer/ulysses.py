@@ -190,3 +190,46 @@ def register() -> None:
 
     AttentionInterface.register(ATTENTION_NAME, attention)
     AttentionMaskInterface.register(ATTENTION_NAME, _no_mask)
+
+
+def attention_implementation(model_path: str, base: str | None) -> str | dict[str, str]:
+    """The ``attn_implementation`` of a sequence-parallel model: :func:`attention` for its language model.
+
+    A vision-language model's vision tower keeps ``base`` (``sdpa`` when None):
+    it embeds whole images on every rank, unsplit.
+    """
+    from trinity.common.models.vision import folder_is_vision_language
+
+    if not folder_is_vision_language(model_path):
+        return ATTENTION_NAME
+    plain = base or "sdpa"
+    return {"": plain, "text_config": ATTENTION_NAME, "vision_config": plain}
+
+
+@contextlib.contextmanager
+def language_model_slice(model: torch.nn.Module, part: slice) -> Iterator[None]:
+    """Inside the block, ``model``'s language model runs only ``part`` of the sequence it is given.
+
+    A vision-language model embeds the whole packed sequence, images
+    included, on every rank; the language model (``get_decoder()``) then takes
+    this rank's slice of the embeddings and of the position ids (last
+    dimension), so images that straddle two ranks' slices embed whole.
+    """
+    get_decoder = getattr(model, "get_decoder", None)
+    decoder = get_decoder() if callable(get_decoder) else None
+    if not isinstance(decoder, torch.nn.Module):
+        raise UlyssesError(f"{type(model).__name__} has no get_decoder(): its language model cannot run a slice")
+
+    def take_slice(_module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+                   ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        if kwargs.get("inputs_embeds") is not None:
+            kwargs["inputs_embeds"] = kwargs["inputs_embeds"][:, part]
+        if kwargs.get("position_ids") is not None:
+            kwargs["position_ids"] = kwargs["position_ids"][..., part]
+        return args, kwargs
+
+    handle = decoder.register_forward_pre_hook(take_slice, with_kwargs=True)
+    try:
+        yield
+    finally:
+        handle.remove()

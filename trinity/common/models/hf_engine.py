@@ -429,7 +429,9 @@ class HFEngine(TextPrompts, ServesOpenAI):
         ``images``: the image inputs of every prompt of the chunk (the samples of one prompt).
         """
         greedy = params.temperature <= 0
-        recorder = LogprobRecorder(params.temperature, params.top_k, params.top_p)
+        # a reply with an image placeholder would claim an image nobody gave: the trainer could not run it
+        suppress = self.vision.special_ids if self.vision is not None else ()
+        recorder = LogprobRecorder(params.temperature, params.top_k, params.top_p, suppress=suppress)
         if images is not None:
             generated = self._generate(prompts, params, recorder, images)
         elif self._decode_unsupported() is None:
@@ -479,6 +481,8 @@ class HFEngine(TextPrompts, ServesOpenAI):
         """
         from transformers import GenerationConfig, LogitsProcessorList
 
+        from trinity.common.models.vision import token_types
+
         input_ids, attention_mask = left_padded(prompts, self._pad_id)
         width = input_ids.shape[1]
         greedy = params.temperature <= 0
@@ -491,8 +495,6 @@ class HFEngine(TextPrompts, ServesOpenAI):
             repetition_penalty=1.0,
             eos_token_id=sorted(self._eos_ids),
             pad_token_id=self._pad_id,
-            # a reply with an image placeholder would claim an image nobody gave: the trainer could not run it
-            suppress_tokens=self.vision.special_ids if self.vision is not None else None,
         )
         extra: dict[str, Any] = {}
         if params.stop:
@@ -503,6 +505,8 @@ class HFEngine(TextPrompts, ServesOpenAI):
             copies = len(prompts)
             extra["pixel_values"] = images["pixel_values"].repeat(copies, 1).to(self.device, self.model.dtype)
             extra["image_grid_thw"] = images["image_grid_thw"].repeat(copies, 1).to(self.device)
+            # the 3-D rotary positions the model was trained with (1-D ones without these types)
+            extra["mm_token_type_ids"] = token_types(input_ids, self.model.config).to(self.device)
         sequences = self.model.generate(
             input_ids=input_ids.to(self.device),
             attention_mask=attention_mask.to(self.device),

@@ -16,6 +16,8 @@ Greedy decoding (``temperature == 0``) reports the policy log-prob at ``T = 1``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 
@@ -58,10 +60,14 @@ class LogprobRecorder:
     generated ids afterwards.
     """
 
-    def __init__(self, temperature: float, top_k: int = 0, top_p: float = 1.0) -> None:
+    def __init__(self, temperature: float, top_k: int = 0, top_p: float = 1.0,
+                 suppress: Sequence[int] = ()) -> None:
+        """``suppress``: token ids never sampled (their scores become ``-inf`` after the policy log-probs are
+        taken, so those stay the model's own, as a trainer recomputes them)."""
         self.temperature = temperature
         self.top_k = top_k
         self.top_p = top_p
+        self.suppress = torch.tensor(sorted(set(suppress)), dtype=torch.long)
         self._policy: list[torch.Tensor] = []
         self._sampling: list[torch.Tensor] = []
         self._last_policy: torch.Tensor | None = None
@@ -73,15 +79,23 @@ class LogprobRecorder:
         logits = scores.float()
         if self.temperature <= 0:  # greedy: argmax of the unchanged scores
             self._last_policy = torch.log_softmax(logits, dim=-1)
-            return scores
+            return self._suppressed(scores)
         if self.temperature != 1.0:
             logits = logits / self.temperature
         self._last_policy = torch.log_softmax(logits, dim=-1)
+        logits = self._suppressed(logits)
         if not filtering_active(logits.shape[-1], self.top_k, self.top_p):
             return logits
         filtered = filter_logits(logits, self.top_k, self.top_p)
         self._last_sampling = torch.log_softmax(filtered, dim=-1)
         return filtered
+
+    def _suppressed(self, scores: torch.Tensor) -> torch.Tensor:
+        if not self.suppress.numel():
+            return scores
+        out = scores.clone()
+        out[:, self.suppress.to(out.device)] = float("-inf")
+        return out
 
     def _gather(self, tokens: torch.Tensor) -> None:
         assert self._last_policy is not None

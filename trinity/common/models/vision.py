@@ -90,6 +90,35 @@ def has_images(messages: Sequence[Mapping[str, Any]]) -> bool:
     return bool(message_images(messages))
 
 
+def record_images(value: Any) -> list[Any]:
+    """A record's images under its ``image_key``: one image or a list of them (None: none)."""
+    if value is None:
+        return []
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def image_user_turn(prompt: str, images: Sequence[Any]) -> dict[str, Any]:
+    """The user turn of ``prompt`` with ``images``: each ``<image>`` tag becomes the next image, the rest go first
+    (upstream's placement).
+
+    Raises ValueError when the prompt has more tags than images.
+    """
+    import re
+
+    parts: list[dict[str, Any]] = []
+    used = 0
+    for piece in re.split(r"(<image>)", prompt):
+        if piece == "<image>":
+            if used >= len(images):
+                raise ValueError(f"the prompt has more <image> tags than its {len(images)} image(s)")
+            parts.append({"type": "image", "image": images[used]})
+            used += 1
+        elif piece:
+            parts.append({"type": "text", "text": piece})
+    leading = [{"type": "image", "image": image} for image in images[used:]]
+    return {"role": "user", "content": leading + parts}
+
+
 class VisionInputs:
     """Prompt ids and image tensors of a vision-language model folder (tokenizer + image processor)."""
 
@@ -134,14 +163,19 @@ class VisionInputs:
             raise ValueError(f"the prompt has {image} image placeholder(s) for {len(counts)} image(s)")
         return out
 
-    def encode(self, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool = True,
-               **template: Any) -> tuple[list[int], dict[str, torch.Tensor] | None]:
-        """Return the prompt ids of chat ``messages`` and their images' inputs (None without an image)."""
+    def prompt(self, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool = True,
+               **template: Any) -> tuple[list[int], list[Any]]:
+        """Return the prompt ids of chat ``messages`` with one placeholder per image, and the images (PIL, RGB)."""
         conversation: Any = [dict(message) for message in messages]
         text = self.tokenizer.apply_chat_template(conversation, tokenize=False,
                                                   add_generation_prompt=add_generation_prompt, **template)
         ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-        items = message_images(messages)
+        return ids, [load_image(item) for item in message_images(messages)]
+
+    def encode(self, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool = True,
+               **template: Any) -> tuple[list[int], dict[str, torch.Tensor] | None]:
+        """Return the prompt ids of chat ``messages`` and their images' inputs (None without an image)."""
+        ids, items = self.prompt(messages, add_generation_prompt=add_generation_prompt, **template)
         if not items:
             return ids, None
         inputs = self.images(items)
@@ -172,8 +206,29 @@ def multimodal_rows(inputs: Sequence[Mapping[str, torch.Tensor] | None]) -> dict
     return {"mm_pixel_values": pixel_values, "mm_patches": patches, "mm_image_grid": grid, "mm_images": images}
 
 
-def model_inputs(rows: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The ``pixel_values`` and ``image_grid_thw`` of a micro-batch's rows (in row order); empty without images."""
+def token_types(ids: torch.Tensor, config: Any) -> torch.Tensor:
+    """``mm_token_type_ids`` of ``ids``: 1 at image placeholders, 2 at video placeholders, 0 elsewhere.
+
+    Qwen2.5-VL's 3-D rotary positions (mRoPE) are built from them; without
+    them transformers falls back to 1-D positions, which the model was not
+    trained with.
+    """
+    import torch
+
+    types = torch.zeros_like(ids, dtype=torch.int32)
+    for value, name in ((1, "image_token_id"), (2, "video_token_id")):
+        token = config.get(name) if isinstance(config, Mapping) else getattr(config, name, None)
+        if token is not None:
+            types[ids == int(token)] = value
+    return types
+
+
+def model_inputs(rows: Mapping[str, torch.Tensor], config: Any = None) -> dict[str, torch.Tensor]:
+    """The ``pixel_values`` and ``image_grid_thw`` of a micro-batch's rows (in row order); empty without images.
+
+    With the model's ``config``, also the rows' ``mm_token_type_ids`` (:func:`token_types`), from which the model
+    builds its 3-D rotary positions.
+    """
     import torch
 
     if "mm_images" not in rows or int(rows["mm_images"].sum()) == 0:
@@ -181,4 +236,43 @@ def model_inputs(rows: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     patches, images = rows["mm_patches"].tolist(), rows["mm_images"].tolist()
     pixel_values = torch.cat([rows["mm_pixel_values"][i, :n] for i, n in enumerate(patches) if n])
     grid = torch.cat([rows["mm_image_grid"][i, :n] for i, n in enumerate(images) if n])
-    return {"pixel_values": pixel_values, "image_grid_thw": grid}
+    out = {"pixel_values": pixel_values, "image_grid_thw": grid}
+    if config is not None:
+        out["mm_token_type_ids"] = token_types(rows["input_ids"], config)
+    return out
+
+
+def rope_index(model: Any) -> Any:
+    """The model's ``get_rope_index`` (its 3-D rotary positions), found on it or one of its modules."""
+    for module in model.modules():
+        if getattr(type(module), "get_rope_index", None) is not None:
+            return module.get_rope_index
+    raise ValueError(f"{type(model).__name__} has no get_rope_index: it does not take 3-D rotary positions")
+
+
+def packed_positions(model: Any, rows: Mapping[str, torch.Tensor], real: torch.Tensor, text_positions: torch.Tensor,
+                     config: Any) -> torch.Tensor:
+    """``[4, 1, N]`` position ids of ``rows`` packed into one sequence (their ``real`` tokens, in order).
+
+    Row 0 is ``text_positions`` (1-D, restarting at each row: transformers
+    keeps packed rows apart by them); rows 1-3 are each row's own 3-D rotary
+    positions, as the model computes them for that row alone.
+    """
+    import torch
+
+    index = rope_index(model)
+    ids = rows["input_ids"]
+    types = token_types(ids, config)
+    images = rows["mm_images"].tolist() if "mm_images" in rows else [0] * ids.shape[0]
+    parts = []
+    for row, count in enumerate(images):
+        keep = real[row]
+        row_ids = ids[row, keep].unsqueeze(0)
+        if count:
+            grid = rows["mm_image_grid"][row, :count]
+            positions, _ = index(row_ids, mm_token_type_ids=types[row, keep].unsqueeze(0), image_grid_thw=grid)
+        else:
+            positions = torch.arange(row_ids.shape[1], device=ids.device).view(1, 1, -1).expand(3, 1, -1)
+        parts.append(positions)
+    spatial = torch.cat(parts, dim=2).to(text_positions.device, text_positions.dtype)
+    return torch.cat([text_positions.view(1, 1, -1), spatial], dim=0)
