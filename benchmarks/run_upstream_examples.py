@@ -10,7 +10,7 @@ swapped for tiny ones and the sizes cut to fit two CPU cores: the tiny model
 (``TRINITY_MODEL_PATH``, every auxiliary model too; the tiny vision-language
 model for a config whose task sets read images), a small task set holding
 every key upstream's examples read (``question``/``answer``,
-``problem``/``solution``, ``prompt``/``chosen``/``rejected``, ``messages``,
+``problem``/``solution``/``response``, ``prompt``/``chosen``/``rejected``, ``messages``,
 ``images``),
 2 steps of 2 tasks with 2 rollouts, one engine and one trainer rank (one
 Ulysses group for a sequence-parallel config), no evaluation. A config whose mode needs a second process (``explore`` /
@@ -58,6 +58,7 @@ def task_records(count: int = 8) -> list[dict[str, object]]:
         answer = f"{i} + {i} = {2 * i}\n#### {2 * i}"
         rows.append({
             "question": question, "answer": answer, "problem": question, "solution": f"\\boxed{{{2 * i}}}",
+            "response": f"It is \\boxed{{{2 * i}}}.",
             "prompt": question, "ground_truth": str(2 * i),
             "chosen": f"It is {2 * i}.", "rejected": f"It is {2 * i + 1}.",
             "messages": [{"role": "user", "content": question}, {"role": "assistant", "content": f"{2 * i}"}],

@@ -136,3 +136,14 @@ def test_grpo_vlm_trains_on_images(root: Path, monkeypatch: pytest.MonkeyPatch) 
     assert all(m["explore/failed"] == 0 and m["explore/experiences"] == 16 for m in explore)
     evals = [r for r in records if r["phase"] == "eval"]
     assert [r["step"] for r in evals] == [0, STEPS] and all(r["metrics"]["squares-eval/failed"] == 0 for r in evals)
+
+
+def test_mix_vlm_trains_on_rollouts_and_expert_answers_with_images(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Upstream's mix_vlm shape: image rollouts and image SFT rows in one step, Ulysses 2 over packed rows."""
+    records = run_example("mix_vlm/mix_vlm.yaml", root, monkeypatch)
+    for step in train_metrics(records):
+        # 4 of the 16 rows are expert rows; the fraction is averaged over token-sized micro-batches
+        assert step["rows"] == 16 and 0.1 < step["expert_row_frac"] < 0.4
+        assert math.isfinite(step["expert/sft_loss"]) and step["expert/sft_loss"] > 0
+    explore = [r["metrics"] for r in records if r["phase"] == "explore"]
+    assert all(m["explore/failed"] == 0 and m["explore/experiences"] == 12 for m in explore)

@@ -20,8 +20,11 @@ from trinity.common.experience import Experience
 
 
 def load_experiences(data: DatasetPlan, tokenizer: Any, chat_template: str | None = None,
-                     cache_dir: str | None = None) -> list[Experience]:
+                     cache_dir: str | None = None, vision: Any = None) -> list[Experience]:
     """Return the experiences of every record of ``data`` (``sft`` or ``dpo``), in data-set order.
+
+    ``vision``: a vision-language model's :class:`~trinity.common.models.vision.VisionInputs`, for records
+    with images.
 
     Raises :class:`~trinity.buffer.datasets.DatasetError` or
     :class:`~trinity.buffer.formatters.FormatError` (one line each).
@@ -32,7 +35,7 @@ def load_experiences(data: DatasetPlan, tokenizer: Any, chat_template: str | Non
     dataset = load_split(data.where, data.path, data.split, data.subset_name, progress=data.enable_progress_bar,
                          cache_dir=cache_dir)
     experiences = format_records(list(dataset), data.schema, data.format, tokenizer, chat_template=chat_template,
-                                 name=data.where)
+                                 name=data.where, vision=vision)
     return [dataclasses.replace(e, group_id=f"{data.name}/{i}") for i, e in enumerate(experiences)]
 
 
@@ -67,7 +70,13 @@ class DatasetSource:
         tokenizer = load_pretrained(AutoTokenizer.from_pretrained, plan.model.path,
                                     trust_remote_code=plan.model.trust_remote_code)
         cache = str(plan.run_dir / "buffer" / "datasets")
-        experiences = load_experiences(data, tokenizer, plan.model.chat_template, cache_dir=cache)
+        vision = None
+        if data.format.image_key:
+            from trinity.common.models.vision import VisionInputs, folder_is_vision_language
+
+            if folder_is_vision_language(plan.model.path):
+                vision = VisionInputs(plan.model.path, tokenizer=tokenizer)
+        experiences = load_experiences(data, tokenizer, plan.model.chat_template, cache_dir=cache, vision=vision)
         return cls(experiences, batch_size, total_epochs=data.total_epochs, selector=data.selector, seed=data.seed,
                    name=data.name)
 

@@ -35,6 +35,7 @@ from trinity.buffer.chat_masks import (
 from trinity.buffer.errors import FormatError as FormatError
 from trinity.buffer.record_keys import missing_key_message, prompt_type_of
 from trinity.common.experience import Experience
+from trinity.common.models.vision import image_user_turn, record_images
 
 if TYPE_CHECKING:
     from trinity.common.config.schema.buffer import FormatConfig
@@ -194,12 +195,21 @@ def _ids(token_ids: list[int]) -> torch.Tensor:
     return torch.tensor(token_ids, dtype=torch.long)
 
 
-def _experience(chat: TokenizedChat, where: str) -> Experience:
+def _experience(chat: TokenizedChat, where: str, images: dict[str, torch.Tensor] | None = None) -> Experience:
     try:
         return Experience(tokens=_ids(chat.token_ids), prompt_length=chat.prompt_length,
-                          action_mask=torch.tensor(chat.response_mask, dtype=torch.bool))
+                          action_mask=torch.tensor(chat.response_mask, dtype=torch.bool), multi_modal_inputs=images)
     except ValueError as exc:
         raise FormatError(f"{where}: {exc}") from None
+
+
+def _with_images(chat: TokenizedChat, items: Sequence[Any], vision: Any
+                 ) -> tuple[TokenizedChat, dict[str, torch.Tensor]]:
+    """``chat`` (images in its prompt, one placeholder each) with each placeholder repeated per merged patch."""
+    inputs = vision.images(items)
+    ids = vision.expand(chat.token_ids, inputs["image_grid_thw"])
+    added = len(ids) - len(chat.token_ids)
+    return TokenizedChat(ids, chat.prompt_length + added, [0] * added + chat.mask), inputs
 
 
 def format_sft(
@@ -210,8 +220,14 @@ def format_sft(
     chat_template: str | None = None,
     index: int = 0,
     name: str = "sft",
+    vision: Any = None,
 ) -> Experience:
     """Return the SFT experience of record ``index``: prompt + response tokens, ``action_mask`` on what is trained.
+
+    With ``format.image_key`` (plaintext prompts), the record's images join
+    its user turn as upstream places them (``<image>`` tags, the rest first)
+    and the experience carries their inputs; ``vision`` is the model's
+    :class:`~trinity.common.models.vision.VisionInputs`.
 
     The template is ``fmt.chat_template``, else ``chat_template`` (the
     model's), else the tokenizer's; tools come from ``tools_key`` and
@@ -226,10 +242,19 @@ def format_sft(
     try:
         if prompt_type_of(fmt) == "plaintext":
             prompt = _plaintext_prompt(row, fmt, where)
+            items = record_images(row.get(fmt.image_key)) if fmt.image_key else []
+            if items:
+                if vision is None:
+                    raise FormatError(f"{where}: the record has images (format.image_key), but the model has no "
+                                      "vision tower; use a vision-language model")
+                prompt[-1] = image_user_turn(str(prompt[-1]["content"]), items)
             reply = {"role": "assistant", "content": _value(row, "response_key", fmt.response_key, where)}
             chat = tokenize_prompt_response(tokenizer, prompt, [*prompt, reply], tools=tools, chat_template=template,
                                             enable_thinking=fmt.enable_thinking)
-            return _experience(chat, where)
+            if not items:
+                return _experience(chat, where)
+            chat, images = _with_images(chat, items, vision)
+            return _experience(chat, where, images)
         messages = _messages(_value(row, "messages_key", fmt.messages_key, where), "messages_key",
                              fmt.messages_key, where)
         if fmt.enable_concatenated_multi_turn:
@@ -316,6 +341,7 @@ def format_records(
     chat_template: str | None = None,
     name: str = "data",
     start: int = 0,
+    vision: Any = None,
 ) -> list[Experience]:
     """Return the experiences of ``rows`` (records ``start``, ``start + 1``, ...) of an ``sft`` or ``dpo`` data set.
 
@@ -324,6 +350,8 @@ def format_records(
     """
     if schema not in ("sft", "dpo"):
         raise ValueError(f"experiences are formatted from 'sft' or 'dpo' data sets, not {schema!r}")
-    formatter = format_sft if schema == "sft" else format_dpo
-    return [formatter(row, fmt, tokenizer, chat_template=chat_template, index=start + i, name=name)
+    if schema == "sft":
+        return [format_sft(row, fmt, tokenizer, chat_template=chat_template, index=start + i, name=name,
+                           vision=vision) for i, row in enumerate(rows)]
+    return [format_dpo(row, fmt, tokenizer, chat_template=chat_template, index=start + i, name=name)
             for i, row in enumerate(rows)]

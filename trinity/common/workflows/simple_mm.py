@@ -13,10 +13,11 @@ trainer runs with the prompt.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
+from trinity.common.models.engine import SamplingParams
+from trinity.common.models.vision import image_user_turn, record_images
 from trinity.common.workflows.base import Task, WorkflowError
 from trinity.common.workflows.single_turn import Messages, SingleTurnWorkflow
 
@@ -34,29 +35,16 @@ def image_message(prompt: str, images: Sequence[Any]) -> dict[str, Any]:
 
     Raises WorkflowError when the prompt has more tags than images.
     """
-    parts: list[dict[str, Any]] = []
-    used = 0
-    for piece in re.split(r"(<image>)", prompt):
-        if piece == "<image>":
-            if used >= len(images):
-                raise WorkflowError(f"the prompt has more <image> tags than its {len(images)} image(s)")
-            parts.append({"type": "image", "image": images[used]})
-            used += 1
-        elif piece:
-            parts.append({"type": "text", "text": piece})
-    leading = [{"type": "image", "image": image} for image in images[used:]]
-    return {"role": "user", "content": leading + parts}
+    try:
+        return image_user_turn(prompt, images)
+    except ValueError as exc:
+        raise WorkflowError(str(exc)) from None
 
 
 def task_images(task: Task) -> list[Any]:
     """The images of ``task``'s record under its format's ``image_key`` (none without the key)."""
     key = task.format.image_key if task.format is not None else None
-    if not key:
-        return []
-    value = task.raw.get(key)
-    if value is None:
-        return []
-    return list(value) if isinstance(value, (list, tuple)) else [value]
+    return record_images(task.raw.get(key)) if key else []
 
 
 class SimpleMMWorkflow(SingleTurnWorkflow):
@@ -64,6 +52,12 @@ class SimpleMMWorkflow(SingleTurnWorkflow):
 
     The task set must name a reward function (``default_reward_fn_type``).
     """
+
+    def __init__(self, sampling: SamplingParams | None = None, *, with_think: bool = True, **kwargs: Any) -> None:
+        """``with_think`` (a workflow arg upstream's ``mix_vlm`` recipe passes) is accepted as upstream accepts
+        it: the system prompt asks for reasoning either way."""
+        super().__init__(sampling, **kwargs)
+        self.with_think = with_think
 
     def system_prompt(self, task: Task) -> str | None:
         """Return the task set's system prompt, else upstream's (reason, then a ``\\boxed{}`` answer)."""
