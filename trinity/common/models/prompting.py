@@ -47,6 +47,13 @@ class TextPrompts:
         if self.vision is None:
             raise ValueError("a conversation has images, but this engine's model has no vision tower; use a "
                              "vision-language model (Qwen2.5-VL's layout)")
+        return self.chat_with_images(conversations, params)
+
+    def chat_with_images(
+        self, conversations: Sequence[Sequence[Mapping[str, Any]]], params: SamplingParams
+    ) -> list[list[Completion]]:
+        """:meth:`chat` of conversations with images: here, their expanded prompt ids and image inputs go to
+        :meth:`generate_tokens`; an engine that takes the images themselves overrides it."""
         encoded = [self.vision.encode(c, chat_template=self.chat_template) for c in conversations]
         return self.generate_tokens([ids for ids, _ in encoded], params, images=[mm for _, mm in encoded])
 

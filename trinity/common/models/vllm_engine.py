@@ -28,6 +28,14 @@ by ``import trinity``.
   processed log-probs are those of the *filtered* distribution, so there
   ``logprobs`` and ``info["sampling_logprobs"]`` are both the filtered ones
   (the ``hf`` engine keeps the unfiltered policy log-prob in ``logprobs``).
+  A vision-language model's image markers and placeholders are never
+  sampled (``logit_bias``), so its log-probs are likewise those of the
+  distribution without them.
+* **Images.** A conversation with image parts goes to vLLM as token ids
+  with one placeholder per image plus the images (``multi_modal_data``);
+  vLLM expands the placeholders and runs its vision tower. Each completion
+  carries the expanded prompt and the images' inputs as the trainer takes
+  them (:mod:`trinity.common.models.vision`).
   Requests are batched continuously by vLLM.
 * **Weights.** :class:`~trinity.common.models.vllm_worker.WeightSyncExtension`
   is mixed into every vLLM worker: each tensor-parallel rank joins the
@@ -89,11 +97,19 @@ def extension_qualname() -> str:
     return f"{WeightSyncExtension.__module__}.{WeightSyncExtension.__qualname__}"
 
 
-def to_vllm_sampling(params: SamplingParams) -> Any:
-    """Return vLLM's ``SamplingParams`` for ours: one final output per request, the sampled token's log-prob."""
+#: The logit bias that keeps a token from being sampled (the OpenAI API's floor, which vLLM also takes).
+NEVER_SAMPLED = -100.0
+
+
+def to_vllm_sampling(params: SamplingParams, never: Sequence[int] = ()) -> Any:
+    """Return vLLM's ``SamplingParams`` for ours: one final output per request, the sampled token's log-prob.
+
+    ``never``: token ids kept from being sampled (``logit_bias``).
+    """
     from vllm import SamplingParams as VllmSamplingParams
     from vllm.sampling_params import RequestOutputKind
 
+    extra = {"logit_bias": {int(t): NEVER_SAMPLED for t in never}} if never else {}
     return VllmSamplingParams(
         n=params.n,
         temperature=params.temperature,
@@ -104,7 +120,21 @@ def to_vllm_sampling(params: SamplingParams) -> Any:
         seed=params.seed,
         logprobs=0,
         output_kind=RequestOutputKind.FINAL_ONLY,
+        **extra,
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Prompt:
+    """One prompt for vLLM: its ids (one placeholder per image), its images, and what the trainer will take."""
+
+    ids: list[int]
+    #: The images (PIL), given to vLLM as ``multi_modal_data``.
+    images: Sequence[Any] = ()
+    #: The images' inputs as the trainer takes them (``pixel_values``, ``image_grid_thw``); None: no image.
+    inputs: dict[str, torch.Tensor] | None = None
+    #: ``ids`` with each placeholder repeated per merged patch (what vLLM must return as the prompt).
+    expanded: list[int] = dataclasses.field(default_factory=list)
 
 
 class _Gate:
@@ -215,6 +245,10 @@ class VLLMEngine(TextPrompts, ServesOpenAI):
         self.track_checksum = track_checksum
         self.tokenizer: Any = AutoTokenizer.from_pretrained(self.tokenizer_path, trust_remote_code=trust_remote_code)
         self.chat_template = chat_template
+        from trinity.common.models.vision import VisionInputs, folder_is_vision_language
+
+        if folder_is_vision_language(self.model_path):
+            self.vision = VisionInputs(self.model_path, tokenizer=self.tokenizer)
         self._version = int(version)
         self.sleep_mode = bool(sleep_mode)
         #: Whether vLLM's weights and KV cache are released (sleep mode); the next use wakes them.
@@ -310,11 +344,12 @@ class VLLMEngine(TextPrompts, ServesOpenAI):
                         images: Sequence[dict[str, Any] | None] | None = None) -> list[list[Completion]]:
         """Sample ``params.n`` completions for each prompt given as token ids (multi-turn rollouts use this).
 
-        Prompts with images are not taken yet (VLLMEngineError says so).
+        vLLM takes images as images, not as processed tensors: prompts with
+        images come through :meth:`chat` (VLLMEngineError here says so).
         """
         if images is not None and any(item is not None for item in images):
-            raise VLLMEngineError("the vllm engine does not take prompts with images yet; use "
-                                  "explorer.rollout_model.engine_type: hf for vision-language rollouts")
+            raise VLLMEngineError("the vllm engine takes images through chat() (messages with image parts): vLLM "
+                                  "processes the images itself, not their pixel tensors")
         if params.n < 1 or params.max_tokens < 1:
             raise VLLMEngineError(
                 f"n and max_tokens must be at least 1, got n={params.n}, max_tokens={params.max_tokens}"
@@ -327,40 +362,85 @@ class VLLMEngine(TextPrompts, ServesOpenAI):
             return []
         return self._run(self._generate_all(rows, params))
 
-    async def _generate_all(self, rows: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
+    def chat_with_images(
+        self, conversations: Sequence[Sequence[Mapping[str, Any]]], params: SamplingParams
+    ) -> list[list[Completion]]:
+        """:meth:`chat` of conversations with images: vLLM gets each prompt with one placeholder per image and the
+        images (``multi_modal_data``), and expands the placeholders itself.
+
+        Each completion keeps the prompt as vLLM expanded it and the images'
+        inputs as the trainer takes them; the two must agree (one placeholder
+        per merged patch), else VLLMEngineError. A prompt with images is
+        never cut: one over ``max_prompt_tokens`` is refused.
+        """
+        if params.n < 1 or params.max_tokens < 1:
+            raise VLLMEngineError(
+                f"n and max_tokens must be at least 1, got n={params.n}, max_tokens={params.max_tokens}"
+            )
+        prompts = []
+        for i, conversation in enumerate(conversations):
+            ids, items = self.vision.prompt(conversation, chat_template=self.chat_template)
+            inputs = self.vision.images(items) if items else None
+            expanded = self.vision.expand(ids, inputs["image_grid_thw"]) if inputs is not None else ids
+            if inputs is not None and len(expanded) > self.max_prompt_tokens:
+                raise VLLMEngineError(
+                    f"prompt {i} has {len(expanded)} tokens with its images, more than this engine's "
+                    f"{self.max_prompt_tokens} prompt tokens (model.max_prompt_tokens); a prompt with images cannot "
+                    "be cut: raise the limit or use smaller images")
+            prompts.append(_Prompt(ids if inputs is not None else expanded[-self.max_prompt_tokens:], items, inputs,
+                                   expanded))
+        return self._run(self._generate_all(prompts, params))
+
+    async def _generate_all(self, rows: Sequence[list[int] | _Prompt], params: SamplingParams
+                            ) -> list[list[Completion]]:
+        prompts = [row if isinstance(row, _Prompt) else _Prompt(row) for row in rows]
         greedy = params.temperature <= 0
         # vLLM refuses n > 1 with greedy sampling; greedy completions of one prompt are identical anyway
-        sampling = to_vllm_sampling(dataclasses.replace(params, n=1) if greedy else params)
+        # a reply with an image placeholder would claim an image nobody gave: the trainer could not run it
+        never = self.vision.special_ids if self.vision is not None else ()
+        sampling = to_vllm_sampling(dataclasses.replace(params, n=1) if greedy else params, never)
         if self._asleep:
             await self._gate.exclusive(self._wake)
         await self._gate.enter_request()
         try:
             version = self._version
-            outputs = await asyncio.gather(*(self._generate_one(row, sampling) for row in rows))
+            outputs = await asyncio.gather(*(self._generate_one(prompt, sampling) for prompt in prompts))
         finally:
             await self._gate.leave_request()
-        filtered = params.top_k > 0 or params.top_p < 1.0
+        filtered = params.top_k > 0 or params.top_p < 1.0 or bool(never)
         result = []
-        for row, final in zip(rows, outputs, strict=True):
+        for prompt, final in zip(prompts, outputs, strict=True):
+            row = prompt.ids
+            if prompt.inputs is not None:
+                row = [int(t) for t in final.prompt_token_ids]
+                if row != prompt.expanded:
+                    raise VLLMEngineError(
+                        f"vLLM expanded the image placeholders of a prompt to {len(row)} tokens, the image "
+                        f"processor to {len(prompt.expanded)}: the trainer's image inputs would not match; "
+                        "check the model folder's preprocessor_config.json")
             ordered = sorted(final.outputs, key=lambda o: o.index)
             if greedy:
                 ordered = ordered[:1] * params.n
-            result.append([self._completion(row, out, version, filtered) for out in ordered])
+            result.append([self._completion(row, out, version, filtered, prompt.inputs) for out in ordered])
         return result
 
-    async def _generate_one(self, row: list[int], sampling: Any) -> Any:
+    async def _generate_one(self, prompt: _Prompt, sampling: Any) -> Any:
         from vllm.inputs import TokensPrompt
 
         request_id = f"trinity-{os.getpid()}-{next(self._requests)}"
+        request = TokensPrompt(prompt_token_ids=prompt.ids)
+        if prompt.images:
+            request["multi_modal_data"] = {"image": list(prompt.images)}
         final = None
-        async for output in self.engine.generate(TokensPrompt(prompt_token_ids=row), sampling, request_id):
+        async for output in self.engine.generate(request, sampling, request_id):
             final = output
         if final is None or not final.finished:
             raise VLLMEngineError(f"vLLM returned no finished output for request {request_id}")
         return final
 
     @staticmethod
-    def _completion(row: list[int], out: Any, version: int, filtered: bool) -> Completion:
+    def _completion(row: list[int], out: Any, version: int, filtered: bool,
+                    images: dict[str, torch.Tensor] | None = None) -> Completion:
         tokens = [int(t) for t in out.token_ids]
         steps = out.logprobs or []
         if len(steps) != len(tokens):
@@ -378,6 +458,7 @@ class VLLMEngine(TextPrompts, ServesOpenAI):
             finish_reason="length" if out.finish_reason == "length" else "stop",
             model_version=version,
             info=info,
+            multi_modal_inputs=images,
         )
 
     # ------------------------------------------------------------------ weights

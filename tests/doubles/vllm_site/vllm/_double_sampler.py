@@ -1,6 +1,6 @@
 """Token-by-token sampling of one completion with a Hugging Face causal LM (KV cache on).
 
-Per step, as vLLM V1's sampler: greedy is the argmax of the raw logits;
+Per step, as vLLM V1's sampler: ``logit_bias`` is added to the raw logits first; greedy is the argmax;
 otherwise the logits are divided by the temperature, filtered by top-k then
 top-p (filtered tokens get ``-inf``) and a token is drawn from the softmax
 with the request's generator. The reported log-probs follow ``logprobs_mode``.
@@ -60,6 +60,16 @@ def _reported_scores(raw: torch.Tensor, processed: torch.Tensor, mode: str) -> t
     return processed  # processed_logits
 
 
+def _biased(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """The logits with the request's ``logit_bias`` added (a logits processor: before temperature and filters)."""
+    if not params.logit_bias:
+        return logits
+    out = logits.clone()
+    for token, bias in params.logit_bias.items():
+        out[token] += float(bias)
+    return out
+
+
 def _sample_step(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> tuple[int, torch.Tensor]:
     """Return the sampled token and the processed logits it was drawn from."""
     if params.temperature < SAMPLING_EPS:
@@ -96,6 +106,12 @@ def _cache_keyword(model: torch.nn.Module) -> str:
     return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
 
 
+def _forget_rotary_offsets(model: torch.nn.Module) -> None:
+    for module in model.modules():
+        if getattr(module, "rope_deltas", None) is not None:
+            module.rope_deltas = None
+
+
 def _common_prefix_length(a: str, b: str) -> int:
     n = min(len(a), len(b))
     i = 0
@@ -115,8 +131,13 @@ def sample_completion(
     tokenizer: Any,
     logprobs_mode: str,
     index: int,
+    first_inputs: dict[str, torch.Tensor] | None = None,
 ) -> CompletionOutput:
-    """Generate one completion of ``prompt_token_ids`` (``tokenizer`` None: no text)."""
+    """Generate one completion of ``prompt_token_ids`` (``tokenizer`` None: no text).
+
+    ``first_inputs``: extra inputs of the prompt's forward (a multi-modal
+    prompt's images); later steps reuse the rotary offsets the model keeps.
+    """
     detokenize = tokenizer is not None and params.detokenize
 
     def decode_one(token: int) -> str | None:
@@ -135,11 +156,14 @@ def sample_completion(
     cache: Any = None
     cache_kwarg = _cache_keyword(model)
     step_input = torch.tensor([prompt_token_ids], dtype=torch.long)
+    _forget_rotary_offsets(model)  # a vision-language model keeps them per request
+    extra = dict(first_inputs or {})
     while finish_reason is None:
-        out = model(input_ids=step_input, use_cache=True, **{cache_kwarg: cache})
+        out = model(input_ids=step_input, use_cache=True, **{cache_kwarg: cache}, **extra)
+        extra = {}
         cache = getattr(out, cache_kwarg)
         raw = out.logits[0, -1].float()
-        token, processed = _sample_step(raw, params, generator)
+        token, processed = _sample_step(_biased(raw, params), params, generator)
         token_ids.append(token)
         if logprobs is not None:
             scores = _reported_scores(raw, processed, logprobs_mode)

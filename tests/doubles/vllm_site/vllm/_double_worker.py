@@ -179,9 +179,12 @@ class Worker:
 
     def load_model(self) -> None:
         """Load this rank's own full copy of the model."""
-        from transformers import AutoModelForCausalLM
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
-        hf_model = AutoModelForCausalLM.from_pretrained(
+        config = AutoConfig.from_pretrained(self.spec.model, trust_remote_code=self.spec.trust_remote_code)
+        vision = getattr(config, "vision_config", None) is not None
+        auto = AutoModelForImageTextToText if vision else AutoModelForCausalLM
+        hf_model = auto.from_pretrained(
             self.spec.model, dtype=self.spec.dtype, trust_remote_code=self.spec.trust_remote_code
         )
         hf_model.to(self.device).eval()

@@ -42,6 +42,8 @@ class SamplingParams:
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
     output_kind: RequestOutputKind = RequestOutputKind.CUMULATIVE
+    #: Added to a token's logit before sampling (token id -> bias); the engine checks the ids against the vocabulary.
+    logit_bias: dict[int, float] | None = None
 
     def __post_init__(self) -> None:
         """Normalise ``stop``/``stop_token_ids`` to lists and validate, as vLLM does on construction."""
@@ -93,6 +95,9 @@ class SamplingParams:
             raise ValueError(
                 "stop strings are only supported when detokenize is True. Set detokenize=True to use stop."
             )
+        if self.logit_bias is not None and not all(
+                isinstance(t, int) and isinstance(b, (int, float)) for t, b in self.logit_bias.items()):
+            raise ValueError(f"logit_bias must map token ids (int) to biases (float), got {self.logit_bias!r}.")
         assert isinstance(self.stop_token_ids, list)
         if not all(isinstance(t, int) for t in self.stop_token_ids):
             raise ValueError(f"stop_token_ids must contain only integers, got {self.stop_token_ids}.")

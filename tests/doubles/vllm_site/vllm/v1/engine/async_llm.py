@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 import torch
 
+from vllm._double_multimodal import ImageProcessing
 from vllm._double_rpc import transport
 from vllm._double_sampler import StopConfig, sample_completion
 from vllm._double_worker import Worker, WorkerSpec, build_worker_class
@@ -74,6 +75,11 @@ def _validate_args(args: EngineArgs) -> None:
         )
 
 
+def _is_multimodal(hf_config: Any) -> bool:
+    has_tower = getattr(hf_config, "vision_config", None) is not None
+    return has_tower and getattr(hf_config, "image_token_id", None) is not None
+
+
 def _check_ray(tensor_parallel_size: int) -> list[dict[str, float]] | None:
     """The ray backend: ray must be up; a current placement group must have a bundle per rank."""
     import ray
@@ -105,12 +111,13 @@ class AsyncLLM:
         _validate_args(engine_args)
         tp = engine_args.tensor_parallel_size
         hf_config = AutoConfig.from_pretrained(engine_args.model, trust_remote_code=engine_args.trust_remote_code)
-        heads = getattr(hf_config, "num_attention_heads", None)
+        text_config = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
+        heads = getattr(text_config, "num_attention_heads", None)
         if heads is not None and heads % tp != 0:
             raise ValueError(
                 f"Total number of attention heads ({heads}) must be divisible by tensor parallel size ({tp})."
             )
-        self.max_model_len = self._resolve_max_model_len(hf_config, engine_args.max_model_len)
+        self.max_model_len = self._resolve_max_model_len(text_config, engine_args.max_model_len)
         worker_cls = build_worker_class(engine_args.worker_extension_cls)
 
         backend = engine_args.distributed_executor_backend
@@ -152,7 +159,9 @@ class AsyncLLM:
             self.tokenizer = AutoTokenizer.from_pretrained(
                 engine_args.tokenizer or engine_args.model, trust_remote_code=engine_args.trust_remote_code
             )
-        self._vocab_size = int(getattr(hf_config, "vocab_size", 0) or 0)
+        #: The image side of a vision-language model (None: the model takes no ``multi_modal_data``).
+        self._images = ImageProcessing(str(engine_args.model), hf_config) if _is_multimodal(hf_config) else None
+        self._vocab_size = int(getattr(text_config, "vocab_size", 0) or getattr(hf_config, "vocab_size", 0) or 0)
         self._stop_config_eos, self._extra_eos = self._resolve_eos(workers[0])
         self._unseeded = torch.Generator().manual_seed(engine_args.seed if engine_args.seed is not None else 0)
         self._live_requests: set[str] = set()
@@ -280,6 +289,12 @@ class AsyncLLM:
         prompt_text, ids = self._prompt_ids(prompt)
         if not ids:
             raise ValueError("The decoder prompt cannot be empty")
+        images: dict[str, torch.Tensor] | None = None
+        data = prompt.get("multi_modal_data") if isinstance(prompt, dict) else None
+        if data:
+            if self._images is None:
+                raise ValueError(f"{self.engine_args.model} is not a multimodal model: it takes no multi_modal_data")
+            ids, images = self._images.process(ids, data)
         if self._vocab_size and (max(ids) >= self._vocab_size or min(ids) < 0):
             bad = max(ids) if max(ids) >= self._vocab_size else min(ids)
             raise ValueError(f"Token id {bad} is out of vocabulary")
@@ -288,6 +303,11 @@ class AsyncLLM:
                 f"The decoder prompt (length {len(ids)}) is longer than the maximum model length of "
                 f"{self.max_model_len}. Make sure that `max_model_len` is no smaller than the number of text tokens."
             )
+        if params.logit_bias and self._vocab_size:
+            outside = sorted(t for t in params.logit_bias if not 0 <= t < self._vocab_size)
+            if outside:
+                raise ValueError(f"token_id(s) {outside} in logit_bias contain out-of-vocab token ids. "
+                                 f"Vocabulary size: {self._vocab_size}")
         max_logprobs = self.engine_args.max_logprobs
         if params.logprobs is not None and max_logprobs != -1 and params.logprobs > max_logprobs:
             raise ValueError(
@@ -305,6 +325,9 @@ class AsyncLLM:
         max_new = max(1, min(params.max_tokens, room) if params.max_tokens is not None else room)
         stop_config = StopConfig(self._stop_config_eos, self._extra_eos, max_new)
         model = self.double_workers[0].get_model()
+        first_inputs = None
+        if images is not None and self._images is not None:
+            first_inputs = self._images.forward_inputs(ids, images, self.double_workers[0].spec.dtype)
         outputs = []
         for index in range(params.n):
             if params.seed is not None:
@@ -321,6 +344,7 @@ class AsyncLLM:
                     tokenizer=self.tokenizer,
                     logprobs_mode=self.engine_args.logprobs_mode,
                     index=index,
+                    first_inputs=first_inputs,
                 )
             )
         self._ensure_alive()
