@@ -36,3 +36,45 @@ def test_vllm_engine(selected_backend: str, tiny_model: Path, detail: Callable[[
             f"start {load_s:.1f} s, checksum {checksum}")
     detail(text)
     assert len(results) == 16 and tokens > 0 and finite, text
+
+
+def test_vllm_engine_images(selected_backend: str, workdir: Path, detail: Callable[[str], None]) -> None:
+    """VLLMEngine on the tiny vision-language model: an image prompt expanded by vLLM as by the image processor,
+    and log-probs the transformers model recomputes at its 3-D rotary positions."""
+    vllm = pytest.importorskip("vllm", reason="vllm not installed")
+    import numpy as np
+    import torch
+    from PIL import Image
+    from transformers import AutoModelForImageTextToText
+
+    from trinity.common.models.engine import SamplingParams
+    from trinity.common.models.tiny_vlm import build_tiny_vlm
+    from trinity.common.models.vllm_engine import VLLMEngine
+
+    model_path = build_tiny_vlm(workdir / "tiny-vlm")
+    image = Image.fromarray(np.random.RandomState(0).randint(0, 256, (56, 84, 3), dtype=np.uint8))
+    messages = [{"role": "user", "content": [{"type": "image", "image": image},
+                                             {"type": "text", "text": "What is 2 plus 2?"}]}]
+    engine = VLLMEngine(model_path=str(model_path), dtype="float32", max_prompt_tokens=64, memory_utilization=0.3)
+    try:
+        [[completion]] = engine.chat([messages], SamplingParams(max_tokens=8, temperature=1.0, seed=1))
+        expected_prompt, _ = engine.vision.encode(messages)
+        special = engine.vision.special_ids
+    finally:
+        engine.shutdown()
+    images = completion.multi_modal_inputs
+    assert images is not None and completion.prompt_tokens.tolist() == expected_prompt
+    model = AutoModelForImageTextToText.from_pretrained(model_path, dtype=torch.float32).eval()
+    tokens = torch.cat([completion.prompt_tokens, completion.response_tokens]).unsqueeze(0)
+    types = (tokens == model.config.image_token_id).int()
+    with torch.no_grad():
+        logits = model(input_ids=tokens, mm_token_type_ids=types, **images).logits[0].float()
+    logits[:, special] -= 100.0
+    start = len(completion.prompt_tokens)
+    recomputed = torch.log_softmax(logits[start - 1 : -1], dim=-1).gather(
+        -1, completion.response_tokens.unsqueeze(-1)).squeeze(-1)
+    worst = float((recomputed - completion.logprobs).abs().max())
+    text = (f"vllm {getattr(vllm, '__version__', '?')}: image prompt of {start} tokens expanded as the image "
+            f"processor does; {len(completion.response_tokens)} tokens, max |log-prob - transformers| {worst:.2e}")
+    detail(text)
+    assert worst < 5e-2, text
