@@ -9,7 +9,10 @@ adapter of ``--rank`` on ``all-linear``, upstream's default targets):
   checkpoint's ``actor/`` bytes, the whole run's wall time.
 - The FSDP2 trainer (one Ray actor rank) after one step of made-up rollouts:
   trainable parameters and optimizer-state bytes (AdamW's two moments), read
-  from the rank itself (``FSDPTrainer.memory_report``).
+  from the rank itself (``FSDPTrainer.memory_report``), and with LoRA the
+  bytes a sync into ``vllm`` engines' LoRA slots sends (the adapter alone;
+  vLLM cannot run on a CPU, so ``trinity run`` above syncs an ``hf`` engine,
+  which gets merged weights).
 
     python benchmarks/bench_lora.py [--sizes 5m 40m] [--rank 32] [--steps 4]
 
@@ -126,7 +129,10 @@ def trainer_memory(model: Path, workdir: Path, rank: int | None) -> dict[str, in
     trainer = FSDPTrainer(plan, world_size=1)
     try:
         trainer.train_step(experiences)
-        return trainer.memory_report()
+        report = trainer.memory_report()
+        if rank is not None:  # what a sync into vLLM's LoRA slots sends: the adapter alone
+            report["adapter_sync_bytes"] = int(trainer._on_all("adapter_for_sync")[0][1])
+        return report
     finally:
         trainer.shutdown()
 
@@ -171,6 +177,10 @@ def main() -> None:
             print(f"| {size} ({row['parameters'] / 1e6:.1f}M) | {setting} | {' | '.join(cells)} |")
         ratios = [row["lora"][k] / row["full"][k] if row["full"][k] else float("nan") for k in keys]
         print(f"| {size} | LoRA / full | {' | '.join(f'{r:.3f}x' for r in ratios)} |")
+        adapter = row["lora"].get("adapter_sync_bytes")
+        if adapter:
+            print(f"| {size} | vllm LoRA-slot sync | {adapter:,} bytes = {adapter / row['full']['sync_bytes']:.3f}x "
+                  "of the full sync |")
 
 
 if __name__ == "__main__":

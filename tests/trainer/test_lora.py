@@ -275,7 +275,8 @@ def test_dry_run_shows_the_adapter_and_a_missing_peft_is_one_line(
     assert main(["run", "--config", str(config), "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert ("LoRA: rank 8, alpha 16 on q_proj, v_proj (fresh); the base model frozen; reference: the base "
-            "(adapters off); engines get merged weights; checkpoints hold the adapters") in out
+            "(adapters off); hf engines get merged weights, vllm engines the adapter; checkpoints hold the "
+            "adapters") in out
 
     # peft is a test dependency, so its absence is simulated: the import system reports no such package
     real_find_spec = importlib.util.find_spec
@@ -311,3 +312,65 @@ def test_lora_with_parameter_offload_trains_as_without(ray_local: Any, tiny_path
         assert after["grad_norm"] == pytest.approx(before["grad_norm"], rel=1e-6) and before["grad_norm"] > 0
     for name, value in plain_weights.items():
         torch.testing.assert_close(offloaded_weights[name], value, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_a_vllm_engine_gets_the_adapter_alone_and_serves_the_merged_policy(
+    ray_local: Any, tiny_path: Path, tmp_path: Path, world: int
+) -> None:
+    """vLLM (a double here) serves the adapter from a LoRA slot: a sync sends the adapter only, by any method,
+    and the engine's replies are those of the merged weights (the hf engine loaded with them is the oracle)."""
+    import dataclasses
+
+    from tests.doubles.vllm_path import vllm_double
+    from trinity.common.constants import SyncMethod
+    from trinity.common.models.engine import SamplingParams
+    from trinity.common.models.hf_engine import HFEngine
+    from trinity.synchronizer.synchronizer import Synchronizer
+
+    plan = make_trainer_plan(tiny_path, tmp_path, "grpo", world_size=world, micro_batch_size=3, **{
+        "model.lora_configs": [{"lora_rank": 4, "lora_alpha": 8}], "algorithm.optimizer.lr": 0.05})
+    trainer = FSDPTrainer(plan, world_size=world)
+    greedy = SamplingParams(temperature=0.0, max_tokens=8)
+    try:
+        trainer.train_step(make_experiences(groups=2, group_size=3, seed=1, logprobs=True))
+        merged = trainer.full_state_dict()
+        full_bytes = sum(v.numel() * v.element_size() for v in merged.values())
+        with vllm_double():
+            from trinity.common.models.vllm_engine import VLLMEngine
+
+            engine = VLLMEngine(str(tiny_path), dtype="float32", lora={"rank": 4, "path": None})
+            try:
+                assert engine.takes_adapters()
+                base_reply = engine.generate(["What is 3 plus 4?"], greedy)[0][0]
+                for offset, method in enumerate(("online", "memory", "checkpoint"), start=1):
+                    sync = Synchronizer(SyncMethod.parse(method), trainer, [engine],
+                                        dataclasses.replace(plan.sync, bucket_size_mb=1),
+                                        checkpoint_path=tmp_path / "sync")
+                    try:
+                        report = sync.sync(10 * offset)
+                    finally:
+                        sync.close()
+                    assert engine.model_version() == 10 * offset
+                    assert engine.state_dict_checksum() == trainer.state_dict_checksums(adapter=True)[0]
+                    assert 0 < report.bytes < full_bytes / 4  # the adapter alone
+                served = engine.generate(["What is 3 plus 4?"], greedy)[0][0]
+                assert len(asyncio_run(engine.engine.list_loras())) == 1  # the previous adapters were removed
+            finally:
+                engine.shutdown()
+    finally:
+        trainer.shutdown()
+    reference = HFEngine(str(tiny_path), torch_threads=1)
+    expected = reference.generate(["What is 3 plus 4?"], greedy)[0][0]
+    assert torch.equal(base_reply.response_tokens, expected.response_tokens)  # before any sync: the base
+    reference.load_state_dict(merged, version=1)
+    expected = reference.generate(["What is 3 plus 4?"], greedy)[0][0]
+    assert torch.equal(served.response_tokens, expected.response_tokens)
+    torch.testing.assert_close(served.logprobs, expected.logprobs, rtol=1e-4, atol=1e-4)
+    assert abs(float(served.logprobs[0]) - float(base_reply.logprobs[0])) > 1e-4  # the adapter is in the replies
+
+
+def asyncio_run(coroutine: Any) -> Any:
+    import asyncio
+
+    return asyncio.run(coroutine)

@@ -68,8 +68,11 @@ def render_plan(plan: RunPlan, layout: Layout, backend_line: str, warnings: Sequ
     lines += _section("layout", layout.describe())
     if plan.uses_explorer and plan.uses_trainer:
         sync = plan.sync
+        adapter_only = plan.trainer.lora is not None and layout.engine_type == "vllm"
         lines += _section("sync", [f"{sync.method} -> {layout.sync_method}, every {sync.interval} step(s), "
-                                   f"explorer ahead by {sync.offset}, timeout {sync.timeout:g} s"])
+                                   f"explorer ahead by {sync.offset}, timeout {sync.timeout:g} s"
+                                   + ("; the LoRA adapter alone, into each vllm engine's LoRA slot"
+                                      if adapter_only else "")])
     lines += _section("algorithm", _algorithm_lines(plan.algorithm))
     model = plan.model
     dtype = f"dtype {model.dtype}; " if precision is None else ""
@@ -95,7 +98,8 @@ def render_plan(plan: RunPlan, layout: Layout, backend_line: str, warnings: Sequ
               if trainer.critic else []),
             *([f"LoRA: {trainer.lora.describe()}; the base model frozen"
                + ("; reference: the base (adapters off)" if plan.algorithm.use_reference else "")
-               + "; engines get merged weights; checkpoints hold the adapters"] if trainer.lora else []),
+               + "; hf engines get merged weights, vllm engines the adapter; checkpoints hold the adapters"]
+              if trainer.lora else []),
             *([f"Ulysses sequence parallelism: groups of {trainer.ulysses_size} ranks share each packed sequence "
                "(the trainer's devices must be a multiple)"] if trainer.ulysses_size > 1 else []),
         ])

@@ -323,6 +323,8 @@ def _resolve(config: Config, stage: tuple[int, int, str] | None) -> RunPlan:
                               use_critic=bool(getattr(training, "use_critic", False)),
                               critic_path=model.critic_path, temperature=float(rollout_temperature))
     _check_images(buffer, model.path)
+    if trainer.lora is not None:  # a vllm engine serves the adapter from a LoRA slot (see the launcher's sync)
+        explorer = dataclasses.replace(explorer, rollout=dataclasses.replace(explorer.rollout, lora=trainer.lora))
     if trainer.lora is not None and offload_plan(verl, "ref").any:
         notes.append("trainer.trainer_config.actor_rollout_ref.ref.fsdp_config offload has no effect here: with "
                      "LoRA the reference model is the actor with its adapters off, offloaded as the actor is")

@@ -22,3 +22,10 @@ def put_state_dict(state_dict: Mapping[str, torch.Tensor]) -> Any:
 
     cpu = {name: tensor.detach().to("cpu").contiguous() for name, tensor in state_dict.items()}
     return ray.put(cpu)
+
+
+def put_payload(payload: Any) -> Any:
+    """Put ``payload`` (plain data and CPU tensors) into the Ray object store and return its ObjectRef."""
+    import ray
+
+    return ray.put(payload)

@@ -44,6 +44,11 @@ Methods:
   call instead (``train_step(publish=sync.publish_target(version))``, then
   :meth:`Synchronizer.note_published`): the sync then makes no call at all.
 
+With LoRA on ``vllm`` engines (every engine's ``takes_adapters()`` is
+true), every method sends the adapter alone: the trainer ranks gather it,
+rank 0 puts it into the Ray object store, and each engine serves it from
+its LoRA slot (``load_adapter``). No weight-sync group is built.
+
 Every sync is bounded by ``synchronizer.sync_timeout``; running past it
 raises :class:`SyncTimeoutError`, one line naming the method, version and
 the phase that did not finish.
@@ -189,6 +194,13 @@ class _Calls:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
+def _answer(value: Any) -> Future[Any]:
+    """A call already answered (an engine without the method)."""
+    done: Future[Any] = Future()
+    done.set_result(value)
+    return done
+
+
 def _resolve_refs(args: Sequence[Any]) -> list[Any]:
     """Ray resolves top-level ObjectRef arguments of remote calls; do the same for in-process calls."""
     try:
@@ -240,6 +252,8 @@ class Synchronizer:
         #: The one-rank trainer's weight plan, read at the first sync: later syncs send without asking for it.
         self._metas: list[TensorMeta] | None = None
         self.last_report: SyncReport | None = None
+        #: Whether every engine serves the policy's LoRA adapter from a slot (asked once; None: not yet).
+        self._adapters: bool | None = None
 
     def publish_target(self, version: int) -> tuple[str, int] | None:
         """Return ``(path, version)`` for a one-rank trainer to write its weights into within its step (the
@@ -262,6 +276,7 @@ class Synchronizer:
         self.engines[index] = engine
         self._group_ready = False
         self._attached.discard(index)
+        self._adapters = None
 
     # -- the online group ------------------------------------------------------------------
 
@@ -282,6 +297,8 @@ class Synchronizer:
     def _setup(self, started: float) -> float:
         """Build the online group (idempotent); timeouts raise SyncTimeoutError naming the phase."""
         if self.method.kind != "collective" or self._group_ready or not self.engines:
+            return 0.0
+        if self.takes_adapters(started + self.config.timeout):
             return 0.0
         assert self.method.collective is not None
         deadline = started + self.config.timeout
@@ -358,6 +375,8 @@ class Synchronizer:
             return SyncReport(
                 method=str(self.method), version=version, seconds=0.0, bytes=0, gather_seconds=0.0, transfer_seconds=0.0
             )
+        if self.takes_adapters(started + self.config.timeout):
+            return self._sync_adapter(version, started)
         if self.method.kind == "shared":
             published, self._published = self._published, None
             if published is not None and published[0] == version:
@@ -415,6 +434,31 @@ class Synchronizer:
             )
         return self._report(nbytes, version, started, transfer_started, setup_seconds,
                             gather_seconds=transfer_started - gather_started)
+
+    def takes_adapters(self, deadline: float | None = None) -> bool:
+        """Whether syncs send the LoRA adapter alone: every engine serves it from a LoRA slot (asked once)."""
+        if self._adapters is None:
+            if not self.engines:
+                return False
+            answers = self._calls.wait(
+                [self._calls.start(e, "takes_adapters") if hasattr(e, "takes_adapters") else _answer(False)
+                 for e in self.engines],
+                deadline if deadline is not None else time.monotonic() + self.config.timeout,
+                "asking the engines whether they serve a LoRA adapter",
+            )
+            self._adapters = all(bool(a) for a in answers)
+        return self._adapters
+
+    def _sync_adapter(self, version: int, started: float) -> SyncReport:
+        deadline = started + self.config.timeout
+        gathered = self._calls.wait([self._calls.start(r, "adapter_for_sync") for r in self.trainer_ranks],
+                                    deadline, "gathering the LoRA adapter on the trainer ranks")
+        ref, nbytes = gathered[0]
+        transfer_started = time.monotonic()
+        self._calls.wait([self._calls.start(e, "load_adapter", ref, version) for e in self.engines], deadline,
+                         "engines loading the LoRA adapter into their slots")
+        return self._report(int(nbytes), version, started, transfer_started, 0.0,
+                            gather_seconds=transfer_started - started)
 
     def _send_known_plan(self, metas: list[TensorMeta], version: int, started: float, setup_seconds: float
                          ) -> SyncReport:

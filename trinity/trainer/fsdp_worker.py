@@ -820,9 +820,38 @@ class FSDPWorker:
         """Names of parameters that are another parameter under a second name (tied embeddings)."""
         return set(tied_alias_sources(self.actor))
 
-    def state_dict_checksum(self) -> str:
-        """Return the checksum of the full actor weights as exported to engines (collective; same on every rank)."""
+    def state_dict_checksum(self, adapter: bool = False) -> str:
+        """Return the checksum of the full actor weights as exported to engines (collective; same on every rank);
+        with ``adapter``, of the LoRA adapter as :meth:`adapter_for_sync` sends it."""
+        if adapter:
+            return state_dict_checksum(self._adapter_tensors())
         return state_dict_checksum(self.full_state_dict(all_ranks=True))
+
+    def _adapter_tensors(self) -> dict[str, torch.Tensor]:
+        """The LoRA adapter's full matrices under PEFT's file names, in the engines' dtype on the CPU
+        (collective: every rank)."""
+        from torch.distributed.tensor import DTensor
+
+        if self.settings.lora is None:
+            raise RuntimeError("this trainer trains no LoRA adapter: there is no adapter to send")
+        live = {name: value for name, value in self.actor.state_dict().items() if lora.is_adapter(name)}
+        full = {name: (value.full_tensor() if isinstance(value, DTensor) else value).detach()
+                .to(self._export_dtype_of(value)).cpu().clone() for name, value in live.items()}
+        return lora.adapter_state(full)
+
+    def adapter_for_sync(self) -> list[Any] | None:
+        """Gather the LoRA adapter (collective); rank 0 puts it into the Ray object store and returns
+        ``[ObjectRef, bytes]`` of ``{"config": PEFT's adapter_config, "tensors": {...}}``; other ranks None."""
+        from trinity.synchronizer.memory_sync import put_payload
+        from trinity.weight_transport.buckets import state_dict_bytes
+
+        self._check_ready()
+        tensors = self._adapter_tensors()
+        if self.rank != 0:
+            return None
+        assert self.settings.lora is not None
+        config = lora.adapter_config(self.settings.lora, self.run.model.path, tensors)
+        return [put_payload({"config": config, "tensors": tensors}), state_dict_bytes(tensors)]
 
     def critic_state_dict(self) -> dict[str, torch.Tensor]:
         """Gather the critic's full weights on rank 0 (collective); empty without a critic."""

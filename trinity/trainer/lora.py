@@ -23,14 +23,12 @@ import torch
 from torch import nn
 
 from trinity.common.config.plan.trainer import LoraPlan
+from trinity.common.models.adapter_files import WEIGHTS_FILE, write_adapter_files
 
 #: The adapter's name inside the model (PEFT's default); PEFT's files leave it out of their keys.
 ADAPTER_NAME = "default"
 #: The prefix PEFT's adapter files give every key (the ``PeftModel`` wrapper's attribute path).
 FILE_PREFIX = "base_model.model."
-#: File names of a PEFT adapter folder.
-CONFIG_FILE = "adapter_config.json"
-WEIGHTS_FILE = "adapter_model.safetensors"
 
 _BASE_LAYER = ".base_layer."
 
@@ -218,24 +216,33 @@ def load_adapter_folder(model: nn.Module, folder: str | Path) -> None:
             parameter.copy_(value)
 
 
+def adapter_config(plan: LoraPlan, base_model: str, tensors: Mapping[str, torch.Tensor]) -> dict[str, Any]:
+    """PEFT's ``adapter_config.json`` of an adapter whose matrices are ``tensors`` (PEFT's file names).
+
+    ``target_modules`` lists the module names that hold an adapter (not
+    ``all-linear``), so any loader (PEFT, vLLM's LoRA slots) finds them.
+    """
+    config = peft_config(plan)
+    config.base_model_name_or_path = base_model
+    config.task_type = "CAUSAL_LM"
+    config.inference_mode = True
+    record = dict(config.to_dict())
+    targets = sorted({key.split(".lora_")[0].rsplit(".", 1)[-1] for key in tensors if ".lora_" in key})
+    record["target_modules"] = targets
+    record["exclude_modules"] = None
+    plain: dict[str, Any] = json.loads(
+        json.dumps(record, default=lambda value: sorted(value) if isinstance(value, set) else str(value)))
+    return plain
+
+
 def write_adapter_folder(folder: str | Path, state: Mapping[str, torch.Tensor], plan: LoraPlan,
                          base_model: str) -> Path:
     """Write the adapters of ``state`` (a full state dict with adapters) as a PEFT adapter folder; return it.
 
     The folder loads with ``peft.PeftModel.from_pretrained(base, folder)``.
     """
-    from safetensors.torch import save_file
-
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    config = peft_config(plan)
-    config.base_model_name_or_path = base_model
-    config.task_type = "CAUSAL_LM"
-    config.inference_mode = True
-    config.save_pretrained(str(folder))
-    tensors = {name: value.detach().contiguous().cpu() for name, value in adapter_state(state).items()}
-    save_file(tensors, str(folder / WEIGHTS_FILE), metadata={"format": "pt"})
-    return folder
+    tensors = adapter_state(state)
+    return write_adapter_files(folder, adapter_config(plan, base_model, tensors), tensors)
 
 
 def plan_record(plan: LoraPlan) -> dict[str, Any]:

@@ -571,9 +571,12 @@ class FSDPTrainer:
 
     # -- weights ---------------------------------------------------------------------------
 
-    def state_dict_checksums(self) -> list[str]:
-        """Return each rank's checksum of the full (gathered) actor weights; all equal when healthy."""
-        return list(self._on_all("state_dict_checksum"))
+    def state_dict_checksums(self, adapter: bool = False) -> list[str]:
+        """Return each rank's checksum of the full (gathered) actor weights; all equal when healthy.
+
+        ``adapter``: of the LoRA adapter alone, as an adapter sync sends it.
+        """
+        return list(self._on_all("state_dict_checksum", adapter))
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """Return the full actor weights (gathered on rank 0, as exported to the engines)."""

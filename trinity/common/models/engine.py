@@ -67,7 +67,13 @@ class Completion:
 
 @runtime_checkable
 class InferenceEngine(Protocol):
-    """What every rollout engine offers."""
+    """What every rollout engine offers.
+
+    An engine that can serve the policy's LoRA adapter beside the base
+    weights also offers ``takes_adapters() -> bool`` and
+    ``load_adapter(payload, version)``; the synchronizer then sends the
+    adapter alone (see :mod:`trinity.synchronizer.synchronizer`).
+    """
 
     def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[list[Completion]]:
         """Sample ``params.n`` completions for each raw prompt string (no chat template)."""

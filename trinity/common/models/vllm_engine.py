@@ -65,6 +65,8 @@ import dataclasses
 import itertools
 import logging
 import os
+import shutil
+import tempfile
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
@@ -208,6 +210,7 @@ class VLLMEngine(TextPrompts, ServesOpenAI):
         executor_backend: str | None = None,
         openai_api: Mapping[str, Any] | None = None,
         sleep_mode: bool = False,
+        lora: Mapping[str, Any] | None = None,
     ) -> None:
         """Start vLLM on ``model_path``; raises VLLMEngineError for bad settings, vLLM's own errors otherwise.
 
@@ -218,6 +221,10 @@ class VLLMEngine(TextPrompts, ServesOpenAI):
         folder), so the engine holds what the trainer computes in; vLLM picks
         its attention backend itself. ``sleep_mode`` (mode colocate): vLLM's
         sleep mode is on, so :meth:`sleep` can hand the device to the trainer.
+        ``lora`` (``{"rank": r, "path": folder or None}``, a LoRA run's policy):
+        vLLM serves the adapter from a LoRA slot (starting from ``path``, else
+        the base model, which a fresh adapter equals) and weight syncs send
+        the adapter alone (:meth:`load_adapter`).
         """
         if dtype not in _DTYPES:
             raise VLLMEngineError(f"unknown dtype {dtype!r}; use one of {', '.join(_DTYPES)}")
@@ -256,6 +263,12 @@ class VLLMEngine(TextPrompts, ServesOpenAI):
         self._loaded_since_start = False
         self._requests = itertools.count()
         self._closed = False
+        #: LoRA slots: the adapter's rank (0: none), the request serving the adapter loaded last, its checksum.
+        self.lora_rank = int(lora["rank"]) if lora else 0
+        self._lora_request: Any = None
+        self._lora_checksum: str | None = None
+        self._lora_ids = itertools.count(1)
+        self._lora_dir = tempfile.mkdtemp(prefix="trinity-lora-") if lora else None
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="trinity-vllm-loop", daemon=True)
         self._thread.start()
@@ -273,8 +286,10 @@ class VLLMEngine(TextPrompts, ServesOpenAI):
         except BaseException:
             self._stop_loop()
             raise
-        logger.info("vLLM engine on %s: tp %d, executor %s", self.model_path, tensor_parallel_size,
-                    self.executor_backend or "default")
+        if lora and lora.get("path"):
+            self._load_adapter_folder(str(lora["path"]), self._version)
+        logger.info("vLLM engine on %s: tp %d, executor %s%s", self.model_path, tensor_parallel_size,
+                    self.executor_backend or "default", f", LoRA slot of rank {self.lora_rank}" if lora else "")
         if openai_api is not None:
             self.start_openai_api(openai_api)  # the same server as the hf engine's, over generate_tokens
 
@@ -295,6 +310,8 @@ class VLLMEngine(TextPrompts, ServesOpenAI):
             "trust_remote_code": engine.trust_remote_code,
             "chat_template": engine.chat_template,
             "sleep_mode": bool(getattr(engine, "sleep_mode", False)),
+            "lora": ({"rank": engine.lora.rank, "path": engine.lora.adapter_path}
+                     if getattr(engine, "lora", None) is not None else None),
         }
 
     def _engine_args(self, **settings: Any) -> Any:
@@ -315,6 +332,8 @@ class VLLMEngine(TextPrompts, ServesOpenAI):
             worker_extension_cls=extension_qualname(),
             logprobs_mode="processed_logprobs",
             **({"enable_sleep_mode": True} if self.sleep_mode else {}),
+            **({"enable_lora": True, "max_lora_rank": lora_slot_rank(self.lora_rank), "max_loras": 1}
+               if self.lora_rank else {}),
         )
 
     @staticmethod
@@ -432,7 +451,8 @@ class VLLMEngine(TextPrompts, ServesOpenAI):
         if prompt.images:
             request["multi_modal_data"] = {"image": list(prompt.images)}
         final = None
-        async for output in self.engine.generate(request, sampling, request_id):
+        adapter = {"lora_request": self._lora_request} if self._lora_request is not None else {}
+        async for output in self.engine.generate(request, sampling, request_id, **adapter):
             final = output
         if final is None or not final.finished:
             raise VLLMEngineError(f"vLLM returned no finished output for request {request_id}")
@@ -526,6 +546,54 @@ class VLLMEngine(TextPrompts, ServesOpenAI):
             raise VLLMEngineError(f"{folder}: no *.safetensors file to load weights from")
         self._update(lambda: self.engine.collective_rpc("trinity_load_checkpoint", args=(files,)), version)
 
+    def takes_adapters(self) -> bool:
+        """Whether this engine serves a LoRA adapter from a slot: syncs then send the adapter alone."""
+        return self.lora_rank > 0
+
+    def load_adapter(self, payload: Mapping[str, Any], version: int) -> None:
+        """Serve the adapter of ``payload`` (``{"config": adapter_config, "tensors": {PEFT name: tensor}}``) from
+        now on, as ``version``: written as a PEFT folder, added to vLLM's LoRA slot, the previous one removed."""
+        if not self.lora_rank:
+            raise VLLMEngineError("this vLLM engine has no LoRA slot (it was started without the run's LoRA plan)")
+        from trinity.common.models.adapter_files import write_adapter_files
+        from trinity.common.models.checksum import state_dict_checksum
+
+        assert self._lora_dir is not None
+        tensors = {str(k): v.detach().cpu() for k, v in payload["tensors"].items()}
+        folder = os.path.join(self._lora_dir, f"v{int(version)}-{next(self._lora_ids)}")
+        staging = folder + ".partial"
+        write_adapter_files(staging, payload["config"], tensors)
+        os.replace(staging, folder)
+        self._swap_adapter(folder, version, state_dict_checksum(tensors))
+
+    def _load_adapter_folder(self, folder: str, version: int) -> None:
+        from trinity.common.models.adapter_files import read_adapter_tensors
+        from trinity.common.models.checksum import state_dict_checksum
+
+        self._swap_adapter(folder, version, state_dict_checksum(read_adapter_tensors(folder)))
+
+    def _swap_adapter(self, folder: str, version: int, checksum: str) -> None:
+        from vllm.lora.request import LoRARequest
+
+        request = LoRARequest(lora_name=f"trinity-policy-v{int(version)}", lora_int_id=next(self._lora_ids),
+                              lora_path=folder)
+
+        async def action() -> None:
+            if self._asleep:
+                await self._wake()
+            await self.engine.add_lora(request)
+            previous, self._lora_request = self._lora_request, request
+            if previous is not None:
+                await self.engine.remove_lora(previous.lora_int_id)
+                if str(previous.lora_path).startswith(str(self._lora_dir)):
+                    shutil.rmtree(previous.lora_path, ignore_errors=True)
+            await self.engine.reset_prefix_cache()
+            self._version = int(version)
+            self._lora_checksum = checksum
+            self._loaded_since_start = True
+
+        self._run(self._gate.exclusive(action))
+
     def _is_complete(self, weights: Mapping[str, torch.Tensor]) -> bool:
         if not self.track_checksum:
             return True
@@ -541,6 +609,9 @@ class VLLMEngine(TextPrompts, ServesOpenAI):
         async def action() -> None:
             if self._asleep:  # the weights' memory first, the KV cache's once they are in (vLLM's RL order)
                 await self.engine.wake_up(tags=["weights"])
+            if self._lora_request is not None:  # whole (merged) weights replace the adapter served so far
+                await self.engine.remove_lora(self._lora_request.lora_int_id)
+                self._lora_request, self._lora_checksum = None, None
             await load()
             await self._wake()
             await self.engine.reset_prefix_cache()
@@ -588,6 +659,8 @@ class VLLMEngine(TextPrompts, ServesOpenAI):
         Raises VLLMEngineError when the engine was started without
         ``track_checksum`` (``synchronizer.verify_checksums``) or after a partial load.
         """
+        if self._lora_checksum is not None:  # LoRA slots: the adapter served, as the trainer's adapter checksum
+            return self._lora_checksum
         if not self._loaded_since_start:
             from safetensors.torch import load_file
 
@@ -620,6 +693,20 @@ class VLLMEngine(TextPrompts, ServesOpenAI):
             self.engine.shutdown()
         finally:
             self._stop_loop()
+            if self._lora_dir is not None:
+                shutil.rmtree(self._lora_dir, ignore_errors=True)
+
+
+#: The adapter ranks vLLM's ``max_lora_rank`` takes.
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def lora_slot_rank(rank: int) -> int:
+    """The smallest ``max_lora_rank`` vLLM takes that holds an adapter of ``rank``."""
+    for slot in VLLM_LORA_RANKS:
+        if slot >= rank:
+            return slot
+    raise VLLMEngineError(f"a LoRA adapter of rank {rank} is more than vLLM's largest slot ({VLLM_LORA_RANKS[-1]})")
 
 
 def _default_executor(tensor_parallel_size: int, claimed: bool = False) -> str | None:

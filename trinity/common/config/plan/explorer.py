@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from trinity.common.config.plan.trainer import LoraPlan
+
 
 @dataclass(frozen=True)
 class EnginePlan:
@@ -51,6 +53,9 @@ class EnginePlan:
     external: ExternalPlan | None = None
     #: vLLM's sleep mode: the engine releases its device memory while the trainer steps (mode colocate).
     sleep_mode: bool = False
+    #: The policy's LoRA adapter (rollout engines of a LoRA run): a ``vllm`` engine serves it from a LoRA slot
+    #: and syncs take the adapter alone; None: no adapter.
+    lora: LoraPlan | None = None
 
     @property
     def devices(self) -> int:

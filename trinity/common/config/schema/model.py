@@ -37,7 +37,7 @@ class LoraConfig:
     #: A PEFT adapter folder to start from (``adapter_config.json`` + weights); None: a fresh adapter.
     path: str | None = None
     #: Name of the base model for vLLM's LoRA requests.
-    base_model_name: str | None = inert(None, "the engines receive merged weights, not a LoRA request")
+    base_model_name: str | None = inert(None, "the LoRA slot serves the run's own base model")
     #: Rank of the adapter matrices.
     lora_rank: int = 32
     #: Scale numerator: the update is ``lora_alpha / lora_rank * B @ A``.
@@ -125,9 +125,9 @@ class ModelConfig:
     #: Train a LoRA adapter instead of the full policy (at most one; upstream's shape).
     lora_configs: list[LoraConfig] | None = None
     #: vLLM's sharding of LoRA computation.
-    fully_sharded_loras: bool = inert(False, "the engines receive merged weights, not LoRA adapters")
+    fully_sharded_loras: bool = inert(False, "a vllm engine's LoRA slot keeps vLLM's default sharding")
     #: vLLM's host cache of LoRA adapters.
-    max_cpu_loras: int | None = inert(None, "the engines receive merged weights, not LoRA adapters")
+    max_cpu_loras: int | None = inert(None, "a vllm engine holds one adapter, the policy's")
     #: RoPE scaling passed to the model config.
     rope_scaling: dict[str, Any] | None = None
     #: RoPE theta passed to the model config.

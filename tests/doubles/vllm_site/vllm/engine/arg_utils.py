@@ -30,6 +30,9 @@ class EngineArgs:
     worker_extension_cls: str = ""
     disable_log_stats: bool = False
     enable_sleep_mode: bool = False
+    enable_lora: bool = False
+    max_lora_rank: int = 16
+    max_loras: int = 1
 
 
 @dataclass

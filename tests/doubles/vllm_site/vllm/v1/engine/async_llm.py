@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 import torch
 
+from vllm._double_lora import LoadedAdapter, applied, load_adapter
 from vllm._double_multimodal import ImageProcessing
 from vllm._double_rpc import transport
 from vllm._double_sampler import StopConfig, sample_completion
@@ -43,6 +44,7 @@ _DTYPES = {
 }
 _EXECUTOR_BACKENDS = (None, "mp", "ray", "uni", "external_launcher")
 _LOGPROBS_MODES = ("raw_logprobs", "raw_logits", "processed_logprobs", "processed_logits")
+_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 _MAX_LENGTH_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "max_sequence_length")
 
 
@@ -66,6 +68,11 @@ def _validate_args(args: EngineArgs) -> None:
         raise ValueError(f"max_logprobs must be -1 or non-negative, got {args.max_logprobs}")
     if args.max_model_len is not None and args.max_model_len < 1:
         raise ValueError(f"max_model_len must be at least 1, got {args.max_model_len}")
+    if args.enable_lora:
+        if args.max_lora_rank not in _LORA_RANKS:
+            raise ValueError(f"max_lora_rank ({args.max_lora_rank}) must be one of {_LORA_RANKS}.")
+        if args.max_loras < 1:
+            raise ValueError(f"max_loras ({args.max_loras}) must be >= 1.")
     if not isinstance(args.worker_extension_cls, str):
         raise ValueError(f"worker_extension_cls must be a str, got {type(args.worker_extension_cls).__qualname__}")
     config_path = os.path.join(str(args.model), "config.json")
@@ -164,6 +171,8 @@ class AsyncLLM:
         self._vocab_size = int(getattr(text_config, "vocab_size", 0) or getattr(hf_config, "vocab_size", 0) or 0)
         self._stop_config_eos, self._extra_eos = self._resolve_eos(workers[0])
         self._unseeded = torch.Generator().manual_seed(engine_args.seed if engine_args.seed is not None else 0)
+        #: LoRA adapters added (``add_lora``, or by a request naming a new one), by id.
+        self._adapters: dict[int, LoadedAdapter] = {}
         self._live_requests: set[str] = set()
         self._live_lock = threading.Lock()
         self._dead = False
@@ -251,18 +260,21 @@ class AsyncLLM:
     # ----------------------------------------------------------------- generation
 
     async def generate(
-        self, prompt: Any, sampling_params: SamplingParams, request_id: str
+        self, prompt: Any, sampling_params: SamplingParams, request_id: str, lora_request: Any = None
     ) -> AsyncGenerator[RequestOutput, None]:
-        """Generate completions of ``prompt``; yields the final ``RequestOutput`` (``finished=True``)."""
+        """Generate completions of ``prompt`` (with ``lora_request``'s adapter); yields the final ``RequestOutput``
+        (``finished=True``)."""
         self._ensure_alive()
         if not isinstance(sampling_params, SamplingParams):
             raise TypeError(f"sampling_params must be a SamplingParams, got {type(sampling_params).__qualname__}")
+        if lora_request is not None and not self.engine_args.enable_lora:
+            raise ValueError(f"Got lora_request {lora_request} but LoRA is not enabled!")
         with self._live_lock:
             if request_id in self._live_requests:
                 raise ValueError(f"Request id {request_id} already running.")
             self._live_requests.add(request_id)
         try:
-            output = await self._on_core(self._run_request, prompt, sampling_params, request_id)
+            output = await self._on_core(self._run_request, prompt, sampling_params, request_id, lora_request)
         finally:
             with self._live_lock:
                 self._live_requests.discard(request_id)
@@ -281,8 +293,10 @@ class AsyncLLM:
             raise ValueError("You cannot pass text prompts when `skip_tokenizer_init` is True")
         return text, list(self.tokenizer(text, add_special_tokens=True).input_ids)
 
-    def _run_request(self, prompt: Any, params: SamplingParams, request_id: str) -> RequestOutput:
+    def _run_request(self, prompt: Any, params: SamplingParams, request_id: str, lora_request: Any = None
+                     ) -> RequestOutput:
         self._ensure_alive()
+        adapter = self._add_lora(lora_request) if lora_request is not None else None
         asleep = sorted(set().union(*(worker.asleep for worker in self.double_workers)))
         if asleep:  # on a device the request would touch released memory; here it fails plainly
             raise RuntimeError(f"the engine is sleeping ({', '.join(asleep)} released); call wake_up() first")
@@ -328,6 +342,20 @@ class AsyncLLM:
         first_inputs = None
         if images is not None and self._images is not None:
             first_inputs = self._images.forward_inputs(ids, images, self.double_workers[0].spec.dtype)
+        with applied(model.hf_model, adapter):
+            outputs = self._sample_all(model, ids, params, stop_config, first_inputs)
+        self._ensure_alive()
+        return RequestOutput(
+            request_id=request_id,
+            prompt=prompt_text,
+            prompt_token_ids=ids,
+            prompt_logprobs=None,
+            outputs=outputs,
+            finished=True,
+        )
+
+    def _sample_all(self, model: Any, ids: list[int], params: SamplingParams, stop_config: StopConfig,
+                    first_inputs: dict[str, torch.Tensor] | None) -> list[Any]:
         outputs = []
         for index in range(params.n):
             if params.seed is not None:
@@ -347,15 +375,36 @@ class AsyncLLM:
                     first_inputs=first_inputs,
                 )
             )
+        return outputs
+
+    # ----------------------------------------------------------------- LoRA
+
+    async def add_lora(self, lora_request: Any) -> bool:
+        """Load ``lora_request``'s adapter folder (``ValueError`` for one that does not fit); True when added."""
         self._ensure_alive()
-        return RequestOutput(
-            request_id=request_id,
-            prompt=prompt_text,
-            prompt_token_ids=ids,
-            prompt_logprobs=None,
-            outputs=outputs,
-            finished=True,
-        )
+        if not self.engine_args.enable_lora:
+            raise ValueError("LoRA is not enabled! Start the engine with enable_lora=True")
+        await self._on_core(self._add_lora, lora_request)
+        return True
+
+    def _add_lora(self, lora_request: Any) -> LoadedAdapter:
+        known = self._adapters.get(lora_request.lora_int_id)
+        if known is not None:
+            return known
+        model = self.double_workers[0].get_model()
+        adapter = load_adapter(lora_request.lora_path, model.hf_model, self.engine_args.max_lora_rank)
+        self._adapters[lora_request.lora_int_id] = adapter
+        return adapter
+
+    async def remove_lora(self, lora_id: int) -> bool:
+        """Forget adapter ``lora_id``; False when it was not loaded."""
+        self._ensure_alive()
+        return await self._on_core(lambda: self._adapters.pop(int(lora_id), None) is not None)
+
+    async def list_loras(self) -> set[int]:
+        """The ids of the adapters loaded."""
+        self._ensure_alive()
+        return set(self._adapters)
 
     # ----------------------------------------------------------------- RPC and control
 

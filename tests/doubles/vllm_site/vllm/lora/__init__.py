@@ -1,0 +1,1 @@
+"""LoRA adapters served beside the base weights (``vllm.lora.request.LoRARequest``)."""
