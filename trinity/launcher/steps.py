@@ -271,7 +271,13 @@ def total_train_steps(session: Session, explore_batches: int | None) -> int | No
     plan = session.plan
     steps = explore_batches
     if steps is not None and plan.buffer.train_taskset is not None:
-        per_step = plan.buffer.train_batch_size / max(1, plan.buffer.batch_size * plan.config.algorithm.repeat_times)
+        rollout_rows = plan.buffer.train_batch_size
+        if plan.buffer.sample_strategy == "mix":  # the expert rows of a step come from the SFT data, not rollouts
+            from trinity.buffer.mixing import expert_rows
+
+            ratio = float(plan.buffer.sample_strategy_args.get("expert_data_ratio", 0.5))
+            rollout_rows = max(1, rollout_rows - expert_rows(rollout_rows, ratio))
+        per_step = rollout_rows / max(1, plan.buffer.batch_size * plan.config.algorithm.repeat_times)
         steps = int(steps / per_step) if per_step > 0 else steps
     cap = plan.trainer.total_steps
     if cap is not None:

@@ -23,6 +23,7 @@ import math
 import os
 import shutil
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -75,6 +76,10 @@ WEIGHT_SYNC_GROUP = "weight_sync"
 WEIGHT_SYNC_THREADS = 4
 
 logger = logging.getLogger(__name__)
+
+# A vision-language model's output carries its image features as views (``image_outputs.pooler_output``); the
+# trainer reads the logits only and never changes an output in place, which is what this FSDP2 warning is about.
+warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor", category=UserWarning)
 
 #: Seconds the trainer's own process group waits in a collective before failing.
 TRAINER_PG_TIMEOUT_S = 1800.0

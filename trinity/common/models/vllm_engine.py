@@ -30,13 +30,14 @@ by ``import trinity``.
   (the ``hf`` engine keeps the unfiltered policy log-prob in ``logprobs``).
   A vision-language model's image markers and placeholders are never
   sampled (``logit_bias``), so its log-probs are likewise those of the
-  distribution without them.
+  distribution without them. Requests are batched continuously by vLLM.
 * **Images.** A conversation with image parts goes to vLLM as token ids
   with one placeholder per image plus the images (``multi_modal_data``);
   vLLM expands the placeholders and runs its vision tower. Each completion
   carries the expanded prompt and the images' inputs as the trainer takes
   them (:mod:`trinity.common.models.vision`).
-  Requests are batched continuously by vLLM.
+* **LoRA.** In a LoRA run the engine serves the policy's adapter from one of
+  vLLM's LoRA slots, and syncs send the adapter alone (:meth:`VLLMEngine.load_adapter`).
 * **Weights.** :class:`~trinity.common.models.vllm_worker.WeightSyncExtension`
   is mixed into every vLLM worker: each tensor-parallel rank joins the
   trainer's weight-sync group on the backend's collective (so an engine
