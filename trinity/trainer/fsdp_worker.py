@@ -253,6 +253,8 @@ class FSDPWorker:
             _enable_gradient_checkpointing(actor)
         #: The policy's config: vision-language rows take their placeholder ids from it.
         self._model_config = actor.config
+        #: The config again where the model takes ``mm_token_type_ids`` (transformers 5), else None.
+        self._token_types_config = actor.config if vision.takes_token_types(actor) else None
         self.actor = self._shard(actor, settings.offload, support, "actor")
         self.actor.eval()  # no dropout in RL fine-tuning; gradients still flow
         if settings.gradient_checkpointing:
@@ -414,7 +416,7 @@ class FSDPWorker:
             if "values" in out:
                 if self.critic is None:
                     raise RuntimeError("values asked for, but this trainer has no critic")
-                values = self.critic(ids, mask, **vision.model_inputs(mb, self._model_config))[:, :-1]
+                values = self.critic(ids, mask, **vision.model_inputs(mb, self._token_types_config))[:, :-1]
                 out["values"][where, :length] = values.float().cpu()
         return rows_to_wire(out)
 
@@ -554,7 +556,7 @@ class FSDPWorker:
         sequence (:meth:`_packed_token_logprobs`).
         """
         self._logits_layout = None
-        images = vision.model_inputs(mb, self._model_config)
+        images = vision.model_inputs(mb, self._token_types_config)
         if not images and id(model) in self._shares_prefix:
             layout = shared_prefix.shared_prefix_layout(mb["input_ids"], mb["attention_mask"], mb["response_mask"])
             if layout is not None:
@@ -768,7 +770,7 @@ class FSDPWorker:
         assert self.critic is not None
         mask = mb["response_mask"]
         values = self.critic(mb["input_ids"], mb["attention_mask"],
-                             **vision.model_inputs(mb, self._model_config))[:, :-1]
+                             **vision.model_inputs(mb, self._token_types_config))[:, :-1]
         old = mb["values"]
         returns = mb["returns"]
         assert self.settings.critic is not None

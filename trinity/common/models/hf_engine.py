@@ -481,7 +481,7 @@ class HFEngine(TextPrompts, ServesOpenAI):
         """
         from transformers import GenerationConfig, LogitsProcessorList
 
-        from trinity.common.models.vision import token_types
+        from trinity.common.models.vision import takes_token_types, token_types
 
         input_ids, attention_mask = left_padded(prompts, self._pad_id)
         width = input_ids.shape[1]
@@ -505,8 +505,8 @@ class HFEngine(TextPrompts, ServesOpenAI):
             copies = len(prompts)
             extra["pixel_values"] = images["pixel_values"].repeat(copies, 1).to(self.device, self.model.dtype)
             extra["image_grid_thw"] = images["image_grid_thw"].repeat(copies, 1).to(self.device)
-            # the 3-D rotary positions the model was trained with (1-D ones without these types)
-            extra["mm_token_type_ids"] = token_types(input_ids, self.model.config).to(self.device)
+            if takes_token_types(self.model):  # transformers 5 builds the 3-D rotary positions from them
+                extra["mm_token_type_ids"] = token_types(input_ids, self.model.config).to(self.device)
         sequences = self.model.generate(
             input_ids=input_ids.to(self.device),
             attention_mask=attention_mask.to(self.device),

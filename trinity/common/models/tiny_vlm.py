@@ -38,7 +38,13 @@ def build_tiny_vlm(path: str | Path, config: TinyModelConfig | None = None) -> P
     """Build the tiny vision-language model into ``path`` (atomically) and return it; an existing one is kept."""
     import torch
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
-    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    try:  # transformers 5: the PIL backend (the default one needs torchvision)
+        from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
+            Qwen2VLImageProcessorPil as ImageProcessor,
+        )
+    except ImportError:  # transformers 4: the slow processor is the PIL one
+        from transformers import Qwen2VLImageProcessor as ImageProcessor
 
     from trinity.common.models.tiny import build_tokenizer, save_quietly
 
@@ -80,8 +86,8 @@ def build_tiny_vlm(path: str | Path, config: TinyModelConfig | None = None) -> P
         model.generation_config.bos_token_id = tokenizer.pad_token_id
         save_quietly(model, staging)
         tokenizer.save_pretrained(staging)
-        Qwen2VLImageProcessorPil(min_pixels=4 * _MERGED_PATCH, max_pixels=16 * _MERGED_PATCH, patch_size=14,
-                                 merge_size=2, temporal_patch_size=2).save_pretrained(staging)
+        ImageProcessor(min_pixels=4 * _MERGED_PATCH, max_pixels=16 * _MERGED_PATCH, patch_size=14,
+                       merge_size=2, temporal_patch_size=2).save_pretrained(staging)
         try:
             os.rename(staging, target)
         except OSError:

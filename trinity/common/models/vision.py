@@ -242,6 +242,17 @@ def model_inputs(rows: Mapping[str, torch.Tensor], config: Any = None) -> dict[s
     return out
 
 
+def takes_token_types(model: Any) -> bool:
+    """Whether the model builds its 3-D rotary positions from ``mm_token_type_ids`` (transformers 5); older
+    releases find the placeholders in ``input_ids`` themselves and take no such input."""
+    import inspect
+
+    try:
+        return "mm_token_type_ids" in inspect.signature(rope_index(model)).parameters
+    except ValueError:
+        return False
+
+
 def rope_index(model: Any) -> Any:
     """The model's ``get_rope_index`` (its 3-D rotary positions), found on it or one of its modules."""
     for module in model.modules():
@@ -261,6 +272,7 @@ def packed_positions(model: Any, rows: Mapping[str, torch.Tensor], real: torch.T
     import torch
 
     index = rope_index(model)
+    typed = takes_token_types(model)
     ids = rows["input_ids"]
     types = token_types(ids, config)
     images = rows["mm_images"].tolist() if "mm_images" in rows else [0] * ids.shape[0]
@@ -270,7 +282,8 @@ def packed_positions(model: Any, rows: Mapping[str, torch.Tensor], real: torch.T
         row_ids = ids[row, keep].unsqueeze(0)
         if count:
             grid = rows["mm_image_grid"][row, :count]
-            positions, _ = index(row_ids, mm_token_type_ids=types[row, keep].unsqueeze(0), image_grid_thw=grid)
+            by_type = {"mm_token_type_ids": types[row, keep].unsqueeze(0)} if typed else {}
+            positions, _ = index(row_ids, image_grid_thw=grid, **by_type)
         else:
             positions = torch.arange(row_ids.shape[1], device=ids.device).view(1, 1, -1).expand(3, 1, -1)
         parts.append(positions)
