@@ -44,7 +44,7 @@ def build_tiny_vlm(path: str | Path, config: TinyModelConfig | None = None) -> P
             Qwen2VLImageProcessorPil as ImageProcessor,
         )
     except ImportError:  # transformers 4: the slow processor is the PIL one
-        from transformers import Qwen2VLImageProcessor as ImageProcessor
+        from transformers import Qwen2VLImageProcessor as ImageProcessor  # type: ignore[assignment]
 
     from trinity.common.models.tiny import build_tokenizer, save_quietly
 
