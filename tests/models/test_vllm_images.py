@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from tests.doubles.vllm_path import vllm_double
+from tests.trainer.support import local_ray
 from tests.trainer.test_multimodal import rotary_positions
 from trinity.common.models.engine import SamplingParams
 from trinity.common.models.hf_engine import HFEngine
@@ -36,14 +37,7 @@ def vlm(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def ray_local() -> Iterator[Any]:
     """A local Ray for the trainer of the last test, stopped after this module (unless it was running already)."""
-    import ray
-
-    from tests.trainer.support import start_ray
-
-    started = start_ray()
-    yield ray
-    if started:
-        ray.shutdown()
+    yield from local_ray()
 
 
 @pytest.fixture(scope="module")

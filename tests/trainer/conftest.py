@@ -8,18 +8,13 @@ from typing import Any
 
 import pytest
 
-from tests.trainer.support import start_ray, tiny_model
+from tests.trainer.support import local_ray, tiny_model
 
 
 @pytest.fixture(scope="package")
 def ray_local() -> Iterator[Any]:
     """A local Ray for this package's tests, stopped after them (unless it was running already)."""
-    import ray
-
-    started = start_ray()
-    yield ray
-    if started:
-        ray.shutdown()
+    yield from local_ray()
 
 
 @pytest.fixture(scope="session")

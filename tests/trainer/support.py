@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,17 @@ def start_ray() -> bool:
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"RAY_AUTH_MODE": "disabled", "OMP_NUM_THREADS": "1"}})
     return True
+
+
+def local_ray() -> Iterator[Any]:
+    """The body of a ``ray_local`` fixture: a fresh local Ray (:func:`start_ray`), stopped afterwards unless it
+    was running already."""
+    import ray
+
+    started = start_ray()
+    yield ray
+    if started:
+        ray.shutdown()
 
 
 def tiny_model(folder: Path) -> Path:

@@ -49,13 +49,14 @@ class SyncMismatchError(RuntimeError):
     """After a sync, an engine's weights differ from the trainer's."""
 
 
-def verify_sync(trainer: Any, engines: list[Any], version: int) -> float:
-    """Return 1.0 when every engine holds exactly the trainer's weights at ``version``; raise otherwise."""
+def verify_sync(trainer: Any, engines: list[Any], version: int, adapters: bool = False) -> float:
+    """Return 1.0 when every engine holds exactly the trainer's weights at ``version``; raise otherwise.
+
+    ``adapters``: the engines serve the trainer's LoRA adapter from a slot
+    (:meth:`Synchronizer.takes_adapters`), so the adapters are compared.
+    """
     import ray
 
-    # engines serving a LoRA adapter from a slot hold the trainer's adapter, not merged weights
-    adapters = bool(engines) and all(hasattr(e, "takes_adapters") and ray.get(e.takes_adapters.remote())
-                                     for e in engines)
     expected = trainer.state_dict_checksums(adapter=True) if adapters else trainer.state_dict_checksums()
     if len(set(expected)) != 1:
         raise SyncMismatchError(f"trainer ranks disagree on the weights at step {version}: {expected}")

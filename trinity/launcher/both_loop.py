@@ -536,7 +536,7 @@ class BothLoop:
         step = self.trainer.step
         metrics = {**row, **report.metrics(), SYNC_SECONDS: report.seconds}
         if self.plan.sync.verify_checksums and self.verify is not None:
-            metrics["sync/checksum_match"] = self.verify(self.trainer, self.engines, step)
+            metrics["sync/checksum_match"] = self.verify(self.trainer, self.engines, step, self.sync.takes_adapters())
         logger.info("train step %d: its row was not logged before the run stopped; logged from its checkpoint", step)
         self._log(metrics, step, PHASE_TRAIN)
 
@@ -562,7 +562,8 @@ class BothLoop:
             metrics[SYNC_SECONDS] = report.seconds
             metrics[SYNC_WAIT_SECONDS] = waited
             if self.plan.sync.verify_checksums and self.verify is not None:
-                metrics["sync/checksum_match"] = self.verify(self.trainer, self.engines, version)
+                metrics["sync/checksum_match"] = self.verify(self.trainer, self.engines, version,
+                                                             self.sync.takes_adapters())
         with self.cond:
             self.synced_version = version
             self.sync_requested = False

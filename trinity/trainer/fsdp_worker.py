@@ -253,8 +253,12 @@ class FSDPWorker:
             _enable_gradient_checkpointing(actor)
         #: The policy's config: vision-language rows take their placeholder ids from it.
         self._model_config = actor.config
+        #: A vision-language policy's ``get_rope_index`` (its 3-D rotary positions; the same for every copy of
+        #: the model, it reads the config only), else None.
+        self._rope_index = vision.rope_index(actor) if vision.is_vision_language(actor.config) else None
         #: The config again where the model takes ``mm_token_type_ids`` (transformers 5), else None.
-        self._token_types_config = actor.config if vision.takes_token_types(actor) else None
+        self._token_types_config = (actor.config if self._rope_index is not None
+                                    and vision.takes_token_types(self._rope_index) else None)
         self.actor = self._shard(actor, settings.offload, support, "actor")
         self.actor.eval()  # no dropout in RL fine-tuning; gradients still flow
         if settings.gradient_checkpointing:
@@ -602,7 +606,8 @@ class FSDPWorker:
         positions = layout.positions.unsqueeze(0)
         extra: dict[str, torch.Tensor] = {}
         if images:
-            positions = vision.packed_positions(model, mb, layout.real, layout.positions, self._model_config)
+            positions = vision.packed_positions(self._rope_index, mb, layout.real, layout.positions,
+                                                self._model_config)
             extra = {name: images[name] for name in ("pixel_values", "image_grid_thw")}
         logits = model(input_ids=packed, position_ids=positions, use_cache=False, **extra).logits
         flat_logprobs, flat_entropy = self._head(logits, packed, self.temperature, with_entropy)
@@ -649,7 +654,7 @@ class FSDPWorker:
                                torch.arange(shard.total - tokens, device=packed.device, dtype=layout.positions.dtype)])
         mine = shard.local()
         if images:
-            spatial = vision.packed_positions(model, mb, layout.real, layout.positions, self._model_config)
+            spatial = vision.packed_positions(self._rope_index, mb, layout.real, layout.positions, self._model_config)
             tail = positions[tokens:].view(1, 1, -1).expand(4, 1, -1)
             everything = torch.cat([spatial, tail], dim=2)
             with ulysses.sharding(shard), ulysses.language_model_slice(model, mine):

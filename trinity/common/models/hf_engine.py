@@ -159,7 +159,7 @@ class HFEngine(TextPrompts, ServesOpenAI):
         """
         from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
 
-        from trinity.common.models.vision import VisionInputs, folder_is_vision_language
+        from trinity.common.models.vision import VisionInputs, folder_is_vision_language, rope_index, takes_token_types
 
         if dtype not in _DTYPES and dtype != "auto":
             raise EngineError(f"unknown dtype {dtype!r}; use one of {', '.join(_DTYPES)} or auto")
@@ -193,8 +193,11 @@ class HFEngine(TextPrompts, ServesOpenAI):
             self.model_path, dtype=_DTYPES[self.dtype], trust_remote_code=trust_remote_code,
             attn_implementation=self.attn_implementation,
         )
+        #: Whether generate takes ``mm_token_type_ids`` (transformers 5 builds the 3-D rotary positions from them).
+        self._takes_token_types = False
         if vision_language:
             self.vision = VisionInputs(self.model_path, tokenizer=self.tokenizer)
+            self._takes_token_types = takes_token_types(rope_index(self.model))
         self.model.to(self.device)
         self.model.eval()  # type: ignore[no-untyped-call]
         self._eos_ids = self._collect_eos_ids()
@@ -481,7 +484,7 @@ class HFEngine(TextPrompts, ServesOpenAI):
         """
         from transformers import GenerationConfig, LogitsProcessorList
 
-        from trinity.common.models.vision import takes_token_types, token_types
+        from trinity.common.models.vision import token_types
 
         input_ids, attention_mask = left_padded(prompts, self._pad_id)
         width = input_ids.shape[1]
@@ -505,7 +508,7 @@ class HFEngine(TextPrompts, ServesOpenAI):
             copies = len(prompts)
             extra["pixel_values"] = images["pixel_values"].repeat(copies, 1).to(self.device, self.model.dtype)
             extra["image_grid_thw"] = images["image_grid_thw"].repeat(copies, 1).to(self.device)
-            if takes_token_types(self.model):  # transformers 5 builds the 3-D rotary positions from them
+            if self._takes_token_types:
                 extra["mm_token_type_ids"] = token_types(input_ids, self.model.config).to(self.device)
         sequences = self.model.generate(
             input_ids=input_ids.to(self.device),

@@ -72,7 +72,7 @@ def load_image(item: Any) -> Any:
         image = Image.open(item)
     else:
         raise ValueError(f"cannot read an image from a {type(item).__name__}")
-    return image.convert("RGB")
+    return image if image.mode == "RGB" else image.convert("RGB")
 
 
 def message_images(messages: Sequence[Mapping[str, Any]]) -> list[Any]:
@@ -242,15 +242,13 @@ def model_inputs(rows: Mapping[str, torch.Tensor], config: Any = None) -> dict[s
     return out
 
 
-def takes_token_types(model: Any) -> bool:
-    """Whether the model builds its 3-D rotary positions from ``mm_token_type_ids`` (transformers 5); older
-    releases find the placeholders in ``input_ids`` themselves and take no such input."""
+def takes_token_types(index: Any) -> bool:
+    """Whether a model's ``get_rope_index`` (:func:`rope_index`) builds the 3-D rotary positions from
+    ``mm_token_type_ids`` (transformers 5); older releases find the placeholders in ``input_ids`` themselves and
+    take no such input."""
     import inspect
 
-    try:
-        return "mm_token_type_ids" in inspect.signature(rope_index(model)).parameters
-    except ValueError:
-        return False
+    return "mm_token_type_ids" in inspect.signature(index).parameters
 
 
 def rope_index(model: Any) -> Any:
@@ -261,18 +259,18 @@ def rope_index(model: Any) -> Any:
     raise ValueError(f"{type(model).__name__} has no get_rope_index: it does not take 3-D rotary positions")
 
 
-def packed_positions(model: Any, rows: Mapping[str, torch.Tensor], real: torch.Tensor, text_positions: torch.Tensor,
+def packed_positions(index: Any, rows: Mapping[str, torch.Tensor], real: torch.Tensor, text_positions: torch.Tensor,
                      config: Any) -> torch.Tensor:
     """``[4, 1, N]`` position ids of ``rows`` packed into one sequence (their ``real`` tokens, in order).
 
     Row 0 is ``text_positions`` (1-D, restarting at each row: transformers
     keeps packed rows apart by them); rows 1-3 are each row's own 3-D rotary
-    positions, as the model computes them for that row alone.
+    positions, as the model's ``get_rope_index`` (``index``, :func:`rope_index`)
+    computes them for that row alone.
     """
     import torch
 
-    index = rope_index(model)
-    typed = takes_token_types(model)
+    typed = takes_token_types(index)
     ids = rows["input_ids"]
     types = token_types(ids, config)
     images = rows["mm_images"].tolist() if "mm_images" in rows else [0] * ids.shape[0]

@@ -370,10 +370,7 @@ class VLLMEngine(TextPrompts, ServesOpenAI):
         if images is not None and any(item is not None for item in images):
             raise VLLMEngineError("the vllm engine takes images through chat() (messages with image parts): vLLM "
                                   "processes the images itself, not their pixel tensors")
-        if params.n < 1 or params.max_tokens < 1:
-            raise VLLMEngineError(
-                f"n and max_tokens must be at least 1, got n={params.n}, max_tokens={params.max_tokens}"
-            )
+        _check_sampling(params)
         rows = [[int(t) for t in p][-self.max_prompt_tokens :] for p in prompts]
         for i, row in enumerate(rows):
             if not row:
@@ -393,10 +390,7 @@ class VLLMEngine(TextPrompts, ServesOpenAI):
         per merged patch), else VLLMEngineError. A prompt with images is
         never cut: one over ``max_prompt_tokens`` is refused.
         """
-        if params.n < 1 or params.max_tokens < 1:
-            raise VLLMEngineError(
-                f"n and max_tokens must be at least 1, got n={params.n}, max_tokens={params.max_tokens}"
-            )
+        _check_sampling(params)
         prompts = []
         for i, conversation in enumerate(conversations):
             ids, items = self.vision.prompt(conversation, chat_template=self.chat_template)
@@ -696,6 +690,11 @@ class VLLMEngine(TextPrompts, ServesOpenAI):
             self._stop_loop()
             if self._lora_dir is not None:
                 shutil.rmtree(self._lora_dir, ignore_errors=True)
+
+
+def _check_sampling(params: SamplingParams) -> None:
+    if params.n < 1 or params.max_tokens < 1:
+        raise VLLMEngineError(f"n and max_tokens must be at least 1, got n={params.n}, max_tokens={params.max_tokens}")
 
 
 #: The adapter ranks vLLM's ``max_lora_rank`` takes.
