@@ -78,7 +78,14 @@ from trinity import device
 from trinity.common.models.engine import Completion, SamplingParams
 from trinity.common.models.openai_api.serving import ServesOpenAI
 from trinity.common.models.prompting import TextPrompts
-from trinity.common.models.vllm_worker import WeightSyncExtension, clean_name, metas_to_rows, safetensors_files
+from trinity.common.models.vllm_worker import (
+    WeightSyncExtension,
+    clean_name,
+    metas_to_rows,
+    pack_state_dict,
+    safetensors_files,
+    unwrap_replies,
+)
 from trinity.device.assignment import SOURCE_CLAIMED
 from trinity.weight_transport.protocol import TensorMeta, WeightSyncGroupInfo
 
@@ -273,10 +280,12 @@ class VLLMEngine(TextPrompts, ServesOpenAI):
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="trinity-vllm-loop", daemon=True)
         self._thread.start()
+        os.environ.update(cpu_thread_binding(tensor_parallel_size))
         self.executor_backend = executor_backend if executor_backend is not None else _default_executor(
             tensor_parallel_size, claimed=self.devices.source == SOURCE_CLAIMED
         )
-        args = self._engine_args(
+        #: The arguments vLLM was started with (``AsyncEngineArgs``).
+        self.engine_args = args = self._engine_args(
             memory_utilization=memory_utilization, enforce_eager=enforce_eager,
             enable_prefix_caching=enable_prefix_caching, max_model_len=max_model_len, seed=seed,
             trust_remote_code=trust_remote_code,
@@ -353,6 +362,14 @@ class VLLMEngine(TextPrompts, ServesOpenAI):
 
     def _rpc(self, method: str, *args: Any, timeout: float | None = None) -> list[Any]:
         return self._run(self.engine.collective_rpc(method, timeout=timeout, args=args))
+
+    @staticmethod
+    def _checked(answers: Sequence[Any]) -> list[Any]:
+        """The values of the workers' answers (:func:`~trinity.common.models.vllm_worker.replies`), else the error."""
+        try:
+            return unwrap_replies(answers)
+        except RuntimeError as exc:
+            raise VLLMEngineError(str(exc)) from None
 
     def _stop_loop(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -520,7 +537,8 @@ class VLLMEngine(TextPrompts, ServesOpenAI):
 
     def init_weight_sync(self, info: WeightSyncGroupInfo, first_rank: int) -> None:
         """Make worker ``r`` of this engine join the trainer's weight-sync group as rank ``first_rank + r``."""
-        self._rpc("trinity_init_weight_sync", dataclasses.asdict(info), int(first_rank), timeout=info.timeout_s)
+        self._checked(self._rpc("trinity_init_weight_sync", dataclasses.asdict(info), int(first_rank),
+                                timeout=info.timeout_s))
 
     def receive_weights(self, metas: Sequence[TensorMeta], version: int, bucket_bytes: int) -> None:
         """Receive the trainer's broadcast of ``metas`` in every worker, load it, reset the prefix cache."""
@@ -530,9 +548,9 @@ class VLLMEngine(TextPrompts, ServesOpenAI):
 
     def load_state_dict(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
         """Load ``state_dict`` (a subset is fine) into every worker and set the version."""
-        weights = {str(k): v.detach().cpu() for k, v in state_dict.items()}
-        complete = self._is_complete(weights)
-        self._update(lambda: self.engine.collective_rpc("trinity_load_state_dict", args=(weights, complete)), version)
+        complete = self._is_complete(state_dict)
+        packed = pack_state_dict(state_dict)
+        self._update(lambda: self.engine.collective_rpc("trinity_load_state_dict", args=(packed, complete)), version)
 
     def load_checkpoint_weights(self, folder: str, version: int) -> None:
         """Load every ``*.safetensors`` file of ``folder`` (resolved once: one weight set) and set the version."""
@@ -607,9 +625,11 @@ class VLLMEngine(TextPrompts, ServesOpenAI):
             if self._lora_request is not None:  # whole (merged) weights replace the adapter served so far
                 await self.engine.remove_lora(self._lora_request.lora_int_id)
                 self._lora_request, self._lora_checksum = None, None
-            await load()
-            await self._wake()
-            await self.engine.reset_prefix_cache()
+            try:
+                self._checked(await load())
+            finally:  # a load that failed may still have changed some layers: no cached prefix outlives it
+                await self._wake()
+                await self.engine.reset_prefix_cache()
             self._version = int(version)
             self._loaded_since_start = True
 
@@ -707,6 +727,37 @@ def lora_slot_rank(rank: int) -> int:
         if slot >= rank:
             return slot
     raise VLLMEngineError(f"a LoRA adapter of rank {rank} is more than vLLM's largest slot ({VLLM_LORA_RANKS[-1]})")
+
+
+#: vLLM's CPU build: the cores each worker's OpenMP threads are bound to (``0-3|4-7``), and cores kept free.
+CPU_BIND_ENV, CPU_RESERVED_ENV = "VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU"
+
+
+def cpu_thread_binding(tensor_parallel_size: int, cores: Sequence[int] | None = None) -> dict[str, str]:
+    """Return the environment vLLM's CPU build needs for ``tensor_parallel_size`` workers (empty when none).
+
+    vLLM's CPU build binds each worker to a NUMA node of its own and refuses
+    more workers than nodes ("Not enough allowed NUMA nodes"), so on a
+    one-node host a tensor-parallel engine would not start. This gives each
+    worker an equal share of ``cores`` (default: the cores this process may
+    use) instead. Nothing is set for one worker, on vLLM's other platforms,
+    or where the user has set the binding.
+    """
+    if tensor_parallel_size < 2 or os.environ.get(CPU_BIND_ENV, "auto") != "auto":
+        return {}
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return {}
+    allowed = sorted(cores if cores is not None else os.sched_getaffinity(0))
+    if len(allowed) < tensor_parallel_size:
+        raise VLLMEngineError(
+            f"tensor_parallel_size {tensor_parallel_size} on vLLM's CPU build needs a core per worker, but this "
+            f"process may use {len(allowed)} ({allowed}); lower explorer.rollout_model.tensor_parallel_size or "
+            f"set {CPU_BIND_ENV} yourself")
+    share = len(allowed) // tensor_parallel_size
+    groups = [allowed[i * share:(i + 1) * share] for i in range(tensor_parallel_size)]
+    return {CPU_BIND_ENV: "|".join(",".join(str(c) for c in group) for group in groups), CPU_RESERVED_ENV: "0"}
 
 
 def _default_executor(tensor_parallel_size: int, claimed: bool = False) -> str | None:
