@@ -117,14 +117,14 @@ def test_another_devices_collective_is_refused_but_upstreams_nccl_means_online()
     assert str(layout.sync_method) == "gloo"
 
 
-def test_cpu_backend_counts_cpu_bundles_and_refuses_vllm() -> None:
+def test_cpu_backend_counts_cpu_bundles_and_takes_vllm_when_asked() -> None:
     layout = resolve_layout(plan({"cluster.gpu_per_node": 3, "trainer.use_torch_compile": None}), CPU, {"CPU": 4})
     assert layout.resource_key is None and str(layout.sync_method) == "gloo"
     assert layout.engine_type == "hf" and layout.engines == 1 and layout.trainers == 2
     with pytest.raises(ConfigError, match=r"3 bundle\(s\) x 1 CPU = 3 CPUs asked but the Ray cluster has 2"):
         resolve_layout(plan({"cluster.gpu_per_node": 3}), CPU, {"CPU": 2})
-    with pytest.raises(ConfigError, match="vllm needs an accelerator"):
-        resolve_layout(plan({f"{VLLM}.engine_type": "vllm"}), CPU, {"CPU": 8})
+    chosen = resolve_layout(plan({f"{VLLM}.engine_type": "vllm"}), CPU, {"CPU": 8})  # vLLM's CPU build runs here
+    assert chosen.engine_type == "vllm" and chosen.resource_key is None and chosen.engines == 1
 
 
 def test_devices_per_node_detected_from_the_cluster_when_left_at_zero() -> None:

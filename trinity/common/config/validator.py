@@ -142,11 +142,6 @@ def _layout(plan: RunPlan, backend: Backend, cluster_resources: Mapping[str, flo
     external = rollout.external is not None  # an endpoint outside the run: its engines take no device
     if engine_type == "auto":
         engine_type = auto_engine_type(backend)
-    if engine_type == "vllm" and key is None:
-        raise ConfigError(
-            f"explorer.rollout_model.engine_type: vllm needs an accelerator, but the selected device backend is "
-            f"{info.name!r}; use engine_type: hf (or auto) on this machine"
-        )
     tp = rollout.tensor_parallel_size
     if engine_type == "hf" and tp > 1:
         raise ConfigError(
@@ -155,9 +150,6 @@ def _layout(plan: RunPlan, backend: Backend, cluster_resources: Mapping[str, flo
         )
     if external:
         tp = 0
-    for aux in plan.explorer.auxiliary:
-        if aux.engine_type == "vllm" and key is None:
-            raise ConfigError(f"explorer.auxiliary_models ({aux.name}): vllm needs an accelerator; use engine_type: hf")
 
     engines = rollout.engine_num if plan.uses_explorer else 0
     auxiliary_devices = sum(a.devices for a in plan.explorer.auxiliary) if plan.uses_explorer else 0
