@@ -1,5 +1,6 @@
-"""Tiny-model fixtures (see tests/models/tiny_fixtures.py)."""
+"""Tiny-model fixtures (tests/models/tiny_fixtures.py) and the vLLM under test (tests/doubles/vllm_under_test.py)."""
 
-from tests.models.tiny_fixtures import shared_engine, tiny_model
+from tests.doubles.vllm_under_test import vllm_kind
+from tests.models.tiny_fixtures import shared_engine, tiny_model, vllm_model, vllm_model_hf
 
-__all__ = ["shared_engine", "tiny_model"]
+__all__ = ["shared_engine", "tiny_model", "vllm_kind", "vllm_model", "vllm_model_hf"]

@@ -1,12 +1,12 @@
-"""The ``vllm`` engine, run against a double of vLLM (``tests/doubles/vllm_site``).
+"""The ``vllm`` engine, against the real vLLM (vLLM's CPU build, the vLLM lane) and the double of vLLM.
 
-vLLM cannot be installed on this CPU-only machine. The double follows vLLM's
-documented V1 interfaces (AsyncEngineArgs, AsyncLLM.generate/collective_rpc/
-reset_prefix_cache, SamplingParams, RequestOutput, worker extensions) and
-really samples from the tiny model, so these tests check that the engine uses
-vLLM's API as documented and that its answers match the ``hf`` engine's
-contract: same prompts, same greedy tokens, log-probs recomputable by the
-trainer, weights that really change, one weight version per completion.
+One test body, two vLLMs (``tests/doubles/vllm_under_test.py``): the engine
+must use vLLM's API as vLLM itself takes it, and its answers must match the
+``hf`` engine's contract: same prompts, same greedy tokens, log-probs
+recomputable by the trainer, weights that really change by every sync path
+(into vLLM's own worker processes, for the real vLLM), one weight version per
+completion. Sleep mode is tested against the double alone
+(``test_vllm_sleep.py``): vLLM's CPU build ignores it.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from typing import Any
 import pytest
 import torch
 
-from tests.doubles.vllm_path import vllm_double
 from tests.plans import make_plan
 from tests.trainer.support import TrainerStub
 from trinity.common.constants import SyncMethod
@@ -30,27 +29,21 @@ from trinity.common.models.hf_engine import HFEngine
 
 
 @pytest.fixture(scope="module")
-def double() -> Iterator[Path]:
-    with vllm_double() as site:
-        yield site
-
-
-@pytest.fixture(scope="module")
-def engine(double: Path, tiny_model: Path) -> Iterator[Any]:
+def engine(vllm_kind: str, vllm_model: Path) -> Iterator[Any]:
     """One tp-1 engine whose weights no test of this module changes."""
     from trinity.common.models.vllm_engine import VLLMEngine
 
-    started = VLLMEngine(str(tiny_model), dtype="float32", max_prompt_tokens=32)
+    started = VLLMEngine(str(vllm_model), dtype="float32", max_prompt_tokens=32)
     yield started
     started.shutdown()
 
 
-@pytest.fixture
-def fresh(double: Path, tiny_model: Path) -> Iterator[Any]:
-    """A tp-2 engine a test may change (checksums tracked)."""
+@pytest.fixture(scope="module")
+def fresh(vllm_kind: str, vllm_model: Path) -> Iterator[Any]:
+    """A tp-2 engine the tests load weights into (checksums tracked); each test loads the weights it checks."""
     from trinity.common.models.vllm_engine import VLLMEngine
 
-    started = VLLMEngine(str(tiny_model), dtype="float32", tensor_parallel_size=2, track_checksum=True)
+    started = VLLMEngine(str(vllm_model), dtype="float32", tensor_parallel_size=2, track_checksum=True)
     yield started
     started.shutdown()
 
@@ -75,21 +68,24 @@ def perturbed_state(model_path: Path, scale: float) -> dict[str, torch.Tensor]:
     return {k: v.clone() for k, v in model.state_dict().items()}
 
 
-def test_the_engine_follows_the_contract_and_says_what_it_is(engine: Any) -> None:
+def test_the_engine_follows_the_contract_and_says_what_it_is(engine: Any, vllm_kind: str) -> None:
+    import vllm
+
     assert isinstance(engine, InferenceEngine)
     facts = engine.describe()
-    assert facts["engine"] == "vllm" and facts["vllm"].endswith("trinity.double")
+    assert facts["engine"] == "vllm" and facts["vllm"] == vllm.__version__
+    assert facts["vllm"].endswith("trinity.double") == (vllm_kind == "double")
     assert facts["tensor_parallel_size"] == 1 and engine.weight_sync_ranks() == 1
-    args = engine.engine.engine_args  # the double records what vLLM was given
+    args = engine.engine_args
     assert args.worker_extension_cls == "trinity.common.models.vllm_worker.WeightSyncExtension"
     assert args.logprobs_mode == "processed_logprobs" and args.max_model_len is None
 
 
-def test_greedy_tokens_match_the_hf_engine(engine: Any, shared_engine: HFEngine) -> None:
+def test_greedy_tokens_match_the_hf_engine(engine: Any, vllm_model_hf: HFEngine) -> None:
     params = SamplingParams(temperature=0.0, max_tokens=8, n=2)
     prompts = ["Repeat the letter b.", "hello"]
     ours = engine.generate(prompts, params)
-    theirs = shared_engine.generate(prompts, params)
+    theirs = vllm_model_hf.generate(prompts, params)
     assert [len(c) for c in ours] == [2, 2]
     for mine, ref in zip(ours, theirs, strict=True):
         for a, b in zip(mine, ref, strict=True):
@@ -99,11 +95,11 @@ def test_greedy_tokens_match_the_hf_engine(engine: Any, shared_engine: HFEngine)
             assert a.model_version == 0
 
 
-def test_logprobs_are_what_the_trainer_recomputes(engine: Any, shared_engine: HFEngine) -> None:
+def test_logprobs_are_what_the_trainer_recomputes(engine: Any, vllm_model_hf: HFEngine) -> None:
     completions = engine.generate(["Repeat the letter a."], SamplingParams(temperature=0.7, max_tokens=10, seed=3))
     completion = completions[0][0]
     assert len(completion.logprobs) == len(completion.response_tokens) > 0
-    expected = reference_logprobs(shared_engine.model, completion.prompt_tokens, completion.response_tokens, 0.7)
+    expected = reference_logprobs(vllm_model_hf.model, completion.prompt_tokens, completion.response_tokens, 0.7)
     torch.testing.assert_close(completion.logprobs, expected, atol=1e-4, rtol=1e-4)
     assert "sampling_logprobs" not in completion.info
 
@@ -127,11 +123,11 @@ def test_seeded_requests_repeat_and_length_is_reported(engine: Any) -> None:
             assert int(completion.response_tokens[-1]) == engine.tokenizer.eos_token_id
 
 
-def test_chat_and_token_prompts_use_the_same_template_as_hf(engine: Any, shared_engine: HFEngine) -> None:
+def test_chat_and_token_prompts_use_the_same_template_as_hf(engine: Any, vllm_model_hf: HFEngine) -> None:
     conversation = [{"role": "user", "content": "Repeat the letter c."}]
-    assert engine.chat_prompt_tokens(conversation) == shared_engine.chat_prompt_tokens(conversation)
+    assert engine.chat_prompt_tokens(conversation) == vllm_model_hf.chat_prompt_tokens(conversation)
     completion = engine.chat([conversation], SamplingParams(temperature=0.0, max_tokens=4))[0][0]
-    assert completion.prompt_tokens.tolist() == shared_engine.chat_prompt_tokens(conversation)
+    assert completion.prompt_tokens.tolist() == vllm_model_hf.chat_prompt_tokens(conversation)
 
 
 def test_long_prompts_keep_their_last_tokens(engine: Any) -> None:
@@ -151,15 +147,17 @@ def test_bad_requests_are_clear_errors(engine: Any) -> None:
 
 
 def test_loaded_weights_change_the_outputs_like_they_change_the_hf_engine(
-    double: Path, tiny_model: Path, fresh: Any
+    vllm_kind: str, vllm_model: Path, fresh: Any
 ) -> None:
-    state = perturbed_state(tiny_model, 0.05)
+    """sync_method memory's path: the state dict crosses into vLLM's worker processes and loads there."""
+    fresh.load_checkpoint_weights(str(vllm_model), version=0)  # the model folder's weights, whatever ran before
+    state = perturbed_state(vllm_model, 0.05)
     greedy = SamplingParams(temperature=0.0, max_tokens=8)
     before = fresh.generate(["Repeat the letter b."], greedy)[0][0]
-    resets = fresh.engine.prefix_cache_resets
+    resets = getattr(fresh.engine, "prefix_cache_resets", None)  # the double counts them; vLLM keeps no count
     fresh.load_state_dict(state, version=4)
     after = fresh.generate(["Repeat the letter b."], greedy)[0][0]
-    hf = HFEngine(str(tiny_model), torch_threads=1)
+    hf = HFEngine(str(vllm_model), torch_threads=1)
     hf.load_state_dict(state, version=4)
     expected = hf.generate(["Repeat the letter b."], greedy)[0][0]
     assert after.model_version == 4 and fresh.model_version() == 4
@@ -167,14 +165,15 @@ def test_loaded_weights_change_the_outputs_like_they_change_the_hf_engine(
     assert not torch.equal(after.response_tokens, before.response_tokens) or not torch.allclose(
         after.logprobs, before.logprobs
     )
-    assert fresh.engine.prefix_cache_resets == resets + 1
+    if resets is not None:
+        assert fresh.engine.prefix_cache_resets == resets + 1
     assert fresh.state_dict_checksum() == state_dict_checksum(state)
 
 
-def test_a_partial_load_changes_those_weights_and_forgets_the_checksum(fresh: Any, tiny_model: Path) -> None:
+def test_a_partial_load_changes_those_weights_and_forgets_the_checksum(fresh: Any, vllm_model: Path) -> None:
     from trinity.common.models.vllm_engine import VLLMEngineError
 
-    state = perturbed_state(tiny_model, 0.05)
+    state = perturbed_state(vllm_model, 0.03)
     fresh.load_state_dict({f"module.{k}": v for k, v in state.items()}, version=1)  # a wrapper prefix is fine
     assert fresh.state_dict_checksum() == state_dict_checksum(state)
     one = {"model.norm.weight": state["model.norm.weight"] * 2}
@@ -182,33 +181,45 @@ def test_a_partial_load_changes_those_weights_and_forgets_the_checksum(fresh: An
     assert fresh.model_version() == 2
     with pytest.raises(VLLMEngineError, match="partial set"):
         fresh.state_dict_checksum()
-    with pytest.raises(Exception, match=r"model\.bogus"):  # vLLM's load_weights refuses unknown names
+    with pytest.raises(Exception, match=r"bogus"):  # vLLM's load_weights refuses unknown names
         fresh.load_state_dict({"model.bogus": torch.zeros(1)}, version=3)
     assert fresh.model_version() == 2
+    greedy = SamplingParams(temperature=0.0, max_tokens=6)
+    hf = HFEngine(str(vllm_model), torch_threads=1)
+    hf.load_state_dict(state, version=1)
+    hf.load_state_dict(one, version=2)
+    expected = hf.generate(["Repeat the letter d."], greedy)[0][0]
+    assert torch.equal(fresh.generate(["Repeat the letter d."], greedy)[0][0].response_tokens,
+                       expected.response_tokens)  # the engine still serves (a failed load killed no worker)
 
 
-def test_checkpoint_folders_load_one_weight_set(fresh: Any, tiny_model: Path, tmp_path: Path) -> None:
+def test_checkpoint_folders_load_one_weight_set(fresh: Any, vllm_model: Path, tmp_path: Path) -> None:
     from safetensors.torch import save_file
 
     from trinity.common.models.vllm_engine import VLLMEngineError
 
-    state = perturbed_state(tiny_model, 0.02)
+    state = perturbed_state(vllm_model, 0.02)
     version_dir = tmp_path / "v7"
     version_dir.mkdir()
     save_file({k: v.contiguous() for k, v in state.items()}, str(version_dir / "model.safetensors"))
     (tmp_path / "current").symlink_to(version_dir)
     fresh.load_checkpoint_weights(str(tmp_path / "current"), 7)
     assert fresh.model_version() == 7 and fresh.state_dict_checksum() == state_dict_checksum(state)
+    hf = HFEngine(str(vllm_model), torch_threads=1)
+    hf.load_state_dict(state, version=7)
+    greedy = SamplingParams(temperature=0.0, max_tokens=6)
+    assert torch.equal(fresh.generate(["Repeat the letter e."], greedy)[0][0].response_tokens,
+                       hf.generate(["Repeat the letter e."], greedy)[0][0].response_tokens)
     with pytest.raises(VLLMEngineError, match=r"no \*\.safetensors file"):
         fresh.load_checkpoint_weights(str(tmp_path), 8)
 
 
-def test_online_sync_reaches_every_tensor_parallel_worker(fresh: Any, tiny_model: Path) -> None:
+def test_online_sync_reaches_every_tensor_parallel_worker(fresh: Any, vllm_model: Path) -> None:
     from transformers import AutoModelForCausalLM
 
     from trinity.synchronizer.synchronizer import Synchronizer
 
-    model = AutoModelForCausalLM.from_pretrained(str(tiny_model), dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(str(vllm_model), dtype=torch.float32)
     trainer = TrainerStub(model.state_dict())
     trainer.perturb(0.01)
     sync = Synchronizer(SyncMethod.parse("online", "gloo"), [trainer], [fresh],
@@ -223,6 +234,11 @@ def test_online_sync_reaches_every_tensor_parallel_worker(fresh: Any, tiny_model
         trainer.perturb(0.02)
         sync.sync(version=3)
         assert fresh.state_dict_checksum() == trainer.checksum() and fresh.model_version() == 3
+        hf = HFEngine(str(vllm_model), torch_threads=1)
+        hf.load_state_dict(trainer.state, version=3)
+        greedy = SamplingParams(temperature=0.0, max_tokens=6)
+        assert torch.equal(fresh.generate(["Repeat the letter f."], greedy)[0][0].response_tokens,
+                           hf.generate(["Repeat the letter f."], greedy)[0][0].response_tokens)
     finally:
         sync.close()
 
@@ -276,31 +292,21 @@ def test_concurrent_callers_share_the_engine(engine: Any) -> None:
     assert not errors and len(results) == 4
 
 
-def test_after_shutdown_the_engine_refuses_work(double: Path, tiny_model: Path) -> None:
-    from trinity.common.models.vllm_engine import VLLMEngine, VLLMEngineError
-
-    started = VLLMEngine(str(tiny_model), dtype="float32")
-    started.shutdown()
-    started.shutdown()  # idempotent
-    with pytest.raises(VLLMEngineError, match="shut down"):
-        started.generate(["x"], SamplingParams())
-
-
 def test_the_openai_api_serves_from_the_vllm_engine_and_records_what_it_sampled(
-        double: Path, tiny_model: Path) -> None:
-    """The same server as the hf engine's, on vLLM's generate (validated with the double only)."""
+        vllm_kind: str, vllm_model: Path) -> None:
+    """The same server as the hf engine's, on vLLM's generate; it goes with the engine, which then refuses work."""
     import openai
 
     from trinity.common.models.client import EngineClient
-    from trinity.common.models.vllm_engine import VLLMEngine
+    from trinity.common.models.vllm_engine import VLLMEngine, VLLMEngineError
 
-    started = VLLMEngine(str(tiny_model), dtype="float32", max_prompt_tokens=64, openai_api={
-        "host": "127.0.0.1", "port": 0, "model_names": [str(tiny_model), "rollout"], "max_prompt_tokens": 64,
+    started = VLLMEngine(str(vllm_model), dtype="float32", max_prompt_tokens=64, openai_api={
+        "host": "127.0.0.1", "port": 0, "model_names": [str(vllm_model), "rollout"], "max_prompt_tokens": 64,
         "context_length": 256, "default_max_tokens": 8, "history": True})
     try:
         client = EngineClient(started).bind(None)
         openai_client = client.get_openai_client()
-        assert isinstance(openai_client, openai.OpenAI) and openai_client.model_path == str(tiny_model)
+        assert isinstance(openai_client, openai.OpenAI) and openai_client.model_path == str(vllm_model)
         messages = [{"role": "user", "content": "say yes"}]
         response = openai_client.chat.completions.create(model="rollout", messages=messages, n=2, max_tokens=6,
                                                          temperature=1.0, logprobs=True)
@@ -313,48 +319,11 @@ def test_the_openai_api_serves_from_the_vllm_engine_and_records_what_it_sampled(
         started.shutdown()
     with pytest.raises(openai.APIConnectionError):
         openai_client.models.list()  # the server went with the engine
-
-
-# --- sleep mode (mode colocate): the double models vLLM's sleep, wake_up and is_sleeping ----------------------
-
-
-def test_a_sleeping_engine_wakes_for_the_next_request_with_its_weights(double: Path, tiny_model: Path) -> None:
-    from trinity.common.models.vllm_engine import VLLMEngine
-
-    napper = VLLMEngine(str(tiny_model), dtype="float32", max_prompt_tokens=32, sleep_mode=True)
-    try:
-        assert napper.engine.engine_args.enable_sleep_mode
-        greedy = SamplingParams(temperature=0.0, max_tokens=6)
-        before = napper.generate(["Repeat the letter b."], greedy)[0][0]
-        napper.sleep()
-        assert napper.is_sleeping() and asyncio.run(napper.engine.is_sleeping())
-        napper.sleep()  # asleep already: nothing
-        again = napper.generate(["Repeat the letter b."], greedy)[0][0]  # level 1 kept the weights
-        assert not napper.is_sleeping() and torch.equal(again.response_tokens, before.response_tokens)
-    finally:
-        napper.shutdown()
-
-
-def test_a_sleeping_engine_takes_new_weights_then_its_kv_cache(double: Path, tiny_model: Path) -> None:
-    from trinity.common.models.vllm_engine import VLLMEngine
-
-    napper = VLLMEngine(str(tiny_model), dtype="float32", max_prompt_tokens=32, sleep_mode=True,
-                        track_checksum=True)
-    try:
-        state = perturbed_state(tiny_model, 0.05)
-        napper.sleep()
-        napper.load_state_dict(state, version=3)  # vLLM would fault loading into released memory: woken first
-        assert not napper.is_sleeping() and napper.model_version() == 3
-        assert napper.state_dict_checksum() == state_dict_checksum(state)
-        hf = HFEngine(str(tiny_model), torch_threads=1)
-        hf.load_state_dict(state, version=3)
-        greedy = SamplingParams(temperature=0.0, max_tokens=6)
-        ours = napper.generate(["Repeat the letter b."], greedy)[0][0]
-        assert torch.equal(ours.response_tokens, hf.generate(["Repeat the letter b."], greedy)[0][0].response_tokens)
-    finally:
-        napper.shutdown()
+    started.shutdown()  # idempotent
+    with pytest.raises(VLLMEngineError, match="shut down"):
+        started.generate(["x"], SamplingParams())
 
 
 def test_without_sleep_mode_sleep_is_nothing(engine: Any) -> None:
     engine.sleep()
-    assert not engine.is_sleeping() and not engine.engine.engine_args.enable_sleep_mode
+    assert not engine.is_sleeping() and not engine.engine_args.enable_sleep_mode

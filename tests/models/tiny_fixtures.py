@@ -28,6 +28,29 @@ def shared_engine(tiny_model: Path) -> Iterator[HFEngine]:
     yield HFEngine(str(tiny_model), max_batch_size=16, torch_threads=1)
 
 
+def vllm_model_path(factory: pytest.TempPathFactory) -> Path:
+    """Build (once per session) the tiny model with 2 heads of 32 and return its folder.
+
+    vLLM's CPU attention refuses the tiny model's head size (16); this one is
+    the same model otherwise, and the double serves it as well.
+    """
+    from trinity.common.config.schema.model import TinyModelConfig
+
+    return build_tiny_model(factory.getbasetemp() / "tiny-vllm-model", TinyModelConfig(num_heads=2))
+
+
+@pytest.fixture(scope="session")
+def vllm_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model folder the vLLM engine tests serve (Qwen2, hidden 64, 2 heads, 2 layers)."""
+    return vllm_model_path(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def vllm_model_hf(vllm_model: Path) -> Iterator[HFEngine]:
+    """An in-process ``hf`` engine on :func:`vllm_model` whose weights no test changes (the vLLM tests' oracle)."""
+    yield HFEngine(str(vllm_model), max_batch_size=16, torch_threads=1)
+
+
 def record_batches(engine: HFEngine) -> list[int]:
     """Spy on ``engine``'s generate calls: return the list it appends each call's row count to.
 

@@ -402,9 +402,9 @@ class AsyncLLM:
         return await self._on_core(lambda: self._adapters.pop(int(lora_id), None) is not None)
 
     async def list_loras(self) -> set[int]:
-        """The ids of the adapters loaded."""
+        """The ids of the adapters loaded: a list, as vLLM's engine core sends its set through msgpack."""
         self._ensure_alive()
-        return set(self._adapters)
+        return sorted(self._adapters)  # type: ignore[return-value]  # annotated as vLLM annotates it
 
     # ----------------------------------------------------------------- RPC and control
 
