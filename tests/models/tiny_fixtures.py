@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -11,9 +12,9 @@ from trinity.common.models.hf_engine import HFEngine
 from trinity.common.models.tiny import build_tiny_model
 
 
-def tiny_path(factory: pytest.TempPathFactory) -> Path:
-    """Build (once per session: later calls find it) the tiny model and return its folder."""
-    return build_tiny_model(factory.getbasetemp() / "tiny-model")
+def tiny_path(factory: pytest.TempPathFactory, name: str = "tiny-model", config: Any = None) -> Path:
+    """Build (once per session: later calls find it) the tiny model ``name`` (``config``) and return its folder."""
+    return build_tiny_model(factory.getbasetemp() / name, config)
 
 
 @pytest.fixture(scope="session")
@@ -36,7 +37,7 @@ def vllm_model_path(factory: pytest.TempPathFactory) -> Path:
     """
     from trinity.common.config.schema.model import TinyModelConfig
 
-    return build_tiny_model(factory.getbasetemp() / "tiny-vllm-model", TinyModelConfig(num_heads=2))
+    return tiny_path(factory, "tiny-vllm-model", TinyModelConfig(num_heads=2))
 
 
 @pytest.fixture(scope="session")

@@ -62,6 +62,7 @@ vLLM's documented interfaces (``tests/doubles/vllm_site``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import itertools
 import logging
@@ -69,7 +70,7 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import torch
@@ -280,7 +281,6 @@ class VLLMEngine(TextPrompts, ServesOpenAI):
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="trinity-vllm-loop", daemon=True)
         self._thread.start()
-        os.environ.update(cpu_thread_binding(tensor_parallel_size))
         self.executor_backend = executor_backend if executor_backend is not None else _default_executor(
             tensor_parallel_size, claimed=self.devices.source == SOURCE_CLAIMED
         )
@@ -291,7 +291,8 @@ class VLLMEngine(TextPrompts, ServesOpenAI):
             trust_remote_code=trust_remote_code,
         )
         try:
-            self._gate, self.engine = self._run(self._start(args))
+            with _environment(cpu_thread_binding(tensor_parallel_size)):  # what vLLM's processes inherit
+                self._gate, self.engine = self._run(self._start(args))
             self._run(self.engine.collective_rpc("trinity_configure", args=(bool(track_checksum),)))
         except BaseException:
             self._stop_loop()
@@ -758,6 +759,21 @@ def cpu_thread_binding(tensor_parallel_size: int, cores: Sequence[int] | None = 
     share = len(allowed) // tensor_parallel_size
     groups = [allowed[i * share:(i + 1) * share] for i in range(tensor_parallel_size)]
     return {CPU_BIND_ENV: "|".join(",".join(str(c) for c in group) for group in groups), CPU_RESERVED_ENV: "0"}
+
+
+@contextlib.contextmanager
+def _environment(changes: Mapping[str, str]) -> Iterator[None]:
+    """Set ``changes`` in ``os.environ`` for the block (vLLM's processes started in it inherit them), then undo."""
+    saved = {name: os.environ.get(name) for name in changes}
+    os.environ.update(changes)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _default_executor(tensor_parallel_size: int, claimed: bool = False) -> str | None:
